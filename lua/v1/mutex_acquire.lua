@@ -1,0 +1,46 @@
+-- name:    mutex_acquire
+-- layout:  1 (hash tag "mutex:1" in field "~layout")
+-- KEYS[1]: lock hash   <prefix>:{<name>}        owner token -> hold count, plus "~layout" and "~fence"
+-- KEYS[2]: fence key   <prefix>:{<name>}:fence  last fencing token issued for this name
+-- ARGV[1]: owner token (the hold count field)
+-- ARGV[2]: lease in milliseconds
+-- ARGV[3]: lifetime of the fence key in milliseconds (refreshed on every fresh acquisition)
+-- returns: {1, fence, holds}  acquired; holds is this owner's hold count after the call
+--          {0, pttl}          held by another owner; pttl is its remaining lease in ms
+--          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
+--          {-2, layout}       the lock hash carries another layout tag
+local LAYOUT = 'mutex:1'
+local lock, fence = KEYS[1], KEYS[2]
+local owner, lease = ARGV[1], ARGV[2]
+
+local kind = redis.call('TYPE', lock)['ok']
+if kind == 'none' then
+  local last = 0
+  local fkind = redis.call('TYPE', fence)['ok']
+  if fkind == 'string' then
+    last = tonumber(redis.call('GET', fence))
+    if last == nil then return {-1, 'string', 2} end
+  elseif fkind ~= 'none' then
+    return {-1, fkind, 2}
+  end
+  -- Strictly above the last token, and never below the server clock in microseconds, so the
+  -- sequence keeps rising even after the fence key has expired.
+  local now = redis.call('TIME')
+  local token = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  token = string.format('%.0f', token)
+  redis.call('SET', fence, token, 'PX', ARGV[3])
+  redis.call('HSET', lock, owner, 1, '~layout', LAYOUT, '~fence', token)
+  redis.call('PEXPIRE', lock, lease)
+  return {1, token, 1}
+end
+if kind ~= 'hash' then return {-1, kind, 1} end
+
+local layout = redis.call('HGET', lock, '~layout')
+if layout ~= LAYOUT then return {-2, layout or ''} end
+
+if redis.call('HEXISTS', lock, owner) == 1 then
+  local holds = redis.call('HINCRBY', lock, owner, 1)
+  if redis.call('PTTL', lock) < tonumber(lease) then redis.call('PEXPIRE', lock, lease) end
+  return {1, redis.call('HGET', lock, '~fence'), holds}
+end
+return {0, redis.call('PTTL', lock)}

@@ -1,0 +1,83 @@
+//! The connection layer: how a request reaches a Redis server.
+//!
+//! A [`Node`] is one Redis server. Requests are multiplexed over one connection taken from the
+//! caller's `deadpool_redis::Pool` (cloned per request, re-taken after a connection failure),
+//! so a lock operation costs exactly its script call and no pool check-out round trip. Wake-ups
+//! come from the node's own subscription connection ([`Notifier`]).
+//!
+//! The primitives only ever call [`Node::invoke`] and [`Node::notifier`], so a Redis Cluster
+//! node (slot-routed connection) or a set of independent masters (Redlock: one `Node` each, with
+//! a quorum on top) can be added here without touching them.
+
+use deadpool_redis::Pool;
+use redis::aio::MultiplexedConnection;
+use redis::{ScriptInvocation, Value};
+
+use crate::error::Result;
+use crate::notify::Notifier;
+
+/// One Redis server.
+pub(crate) struct Node {
+    pool: Pool,
+    conn: std::sync::Mutex<Option<MultiplexedConnection>>,
+    connecting: tokio::sync::Mutex<()>,
+    notifier: Notifier,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("pool", &self.pool.status()).finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(pool: Pool, notifier: Notifier) -> Self {
+        Self {
+            pool,
+            conn: std::sync::Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            notifier,
+        }
+    }
+
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    fn cached(&self) -> Option<MultiplexedConnection> {
+        self.conn.lock().ok().and_then(|c| c.clone())
+    }
+
+    /// The shared multiplexed connection, taken from the pool on first use and after a failure.
+    async fn connection(&self) -> Result<MultiplexedConnection> {
+        if let Some(conn) = self.cached() {
+            return Ok(conn);
+        }
+        let _single_flight = self.connecting.lock().await;
+        if let Some(conn) = self.cached() {
+            return Ok(conn);
+        }
+        let conn = deadpool_redis::Connection::take(self.pool.get().await?);
+        if let Ok(mut slot) = self.conn.lock() {
+            *slot = Some(conn.clone());
+        }
+        Ok(conn)
+    }
+
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) and returns its raw reply.
+    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
+        let mut conn = self.connection().await?;
+        match invocation.invoke_async(&mut conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                if err.is_unrecoverable_error() || err.is_connection_dropped() || err.is_io_error()
+                {
+                    if let Ok(mut slot) = self.conn.lock() {
+                        slot.take();
+                    }
+                }
+                Err(err.into())
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! [`LockClient`]: the entry point, and its builder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::Pool;
+use redis::IntoConnectionInfo;
+use tokio::sync::watch;
+
+use crate::backend::Node;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::lease::Tasks;
+use crate::mutex::Mutex;
+use crate::notify::Notifier;
+
+/// The entry point: a cheap, cloneable handle to one Redis server and the background work that
+/// serves every lock made from it.
+///
+/// A client owns three background tasks, started when it is built and stopped when the client,
+/// every handle made from it and every guard are gone:
+///
+/// * the **watchdog**, one task that renews the leases of all held guards (batched: one script
+///   call per 256 locks due together);
+/// * the **release queue**, which releases the locks of guards that were dropped rather than
+///   unlocked;
+/// * the **subscription**, one dedicated connection on which releases wake waiting tasks.
+///
+/// Requests go over one multiplexed connection taken from the pool (and taken again after a
+/// connection failure), so a lock operation costs exactly one round trip. The subscription
+/// needs its own connection, which a pool cannot lend: that is why the client is given the
+/// server's address as well as the pool.
+///
+/// ```no_run
+/// # async fn demo() -> redlatch::Result<()> {
+/// use deadpool_redis::{Config, Runtime};
+///
+/// let url = "redis://127.0.0.1:6379";
+/// let pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1)).expect("pool");
+/// let client = redlatch::LockClient::new(pool, url)?;
+/// let guard = client.mutex("orders:42")?.lock().await?;
+/// // ... critical section ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) node: Arc<Node>,
+    pub(crate) tasks: Tasks,
+    /// Dropping this stops the subscription task.
+    _shutdown: watch::Sender<()>,
+}
+
+impl LockClient {
+    /// A client with the default settings (see [`LockClientBuilder`]) over `pool`, whose
+    /// wake-up subscription connects to `server` (the server the pool connects to).
+    ///
+    /// Must be called inside a tokio runtime: the background tasks are spawned on it. Nothing
+    /// is sent to Redis until the first lock operation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if `server` is not a valid Redis address, and
+    /// [`Error::InvalidArgument`] outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::new(pool, "redis://127.0.0.1:6379")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(pool: Pool, server: impl IntoConnectionInfo) -> Result<Self> {
+        Self::builder(pool, server).build()
+    }
+
+    /// A builder for a client with settings other than the defaults.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1:6379")
+    ///     .key_prefix("billing")
+    ///     .default_lease(Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(pool: Pool, server: impl IntoConnectionInfo) -> LockClientBuilder {
+        LockClientBuilder {
+            pool,
+            server: server.into_connection_info(),
+            config: Config::default(),
+        }
+    }
+
+    /// A client with its own pool (deadpool's defaults) for the server at `url`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockClient::new`], and [`Error::InvalidArgument`] if the pool cannot be made.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::from_url("redis://127.0.0.1:6379")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self> {
+        let pool = deadpool_redis::Config::from_url(url)
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .map_err(|e| Error::invalid("url", e.to_string()))?;
+        Self::new(pool, url)
+    }
+
+    /// A handle to the reentrant mutex called `name`. Handles are cheap: make one per use or
+    /// keep it, as you like.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `name` is empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or contains braces or control characters.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let mutex = client.mutex("orders:42")?;
+    /// assert!(client.mutex("").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        Mutex::new(self.clone(), name)
+    }
+
+    /// The prefix of every key this client writes.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// assert_eq!(client.key_prefix(), "redlatch");
+    /// # }
+    /// ```
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.config.prefix
+    }
+}
+
+/// Settings for a [`LockClient`]. Every setter has a documented default.
+///
+/// ```no_run
+/// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1:6379")
+///     .key_prefix("jobs")
+///     .default_lease(Duration::from_secs(15))
+///     .watchdog(true)
+///     .wait_backoff(Duration::from_millis(5), Duration::from_millis(500))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `.build()` is called"]
+#[derive(Debug)]
+pub struct LockClientBuilder {
+    pool: Pool,
+    server: redis::RedisResult<redis::ConnectionInfo>,
+    config: Config,
+}
+
+impl LockClientBuilder {
+    /// The prefix of every key and channel. Default: `"redlatch"`. At most
+    /// [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes, no braces.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of every acquisition that does not name its own. Default: 30 s. With the
+    /// watchdog on, it is renewed every third of itself while the guard lives.
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Whether the watchdog renews default leases. Default: on. With it off, a guard holds the
+    /// lock for exactly its lease unless it calls [`extend`](crate::MutexGuard::extend).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.config.watchdog = on;
+        self
+    }
+
+    /// Bounds of the jittered exponential backoff a waiter uses when no wake-up can reach it
+    /// (the subscription is down) and when the holder's remaining lease is unknown. Each wait
+    /// is also bounded by the holder's remaining lease and by the caller's deadline. Default:
+    /// 10 ms to 1 s.
+    pub fn wait_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.config.backoff_min = min;
+        self.config.backoff_max = max;
+        self
+    }
+
+    /// Builds the client and starts its background tasks on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad setting (empty prefix, lease outside
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), backoff min above
+    /// max) or outside a tokio runtime; [`Error::Redis`] for a bad server address.
+    pub fn build(self) -> Result<LockClient> {
+        self.config.validate()?;
+        let server = self.server?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::invalid(
+                "runtime",
+                "a LockClient must be built inside a tokio runtime",
+            ));
+        }
+        let subscriber = redis::Client::open(server)?;
+        let (shutdown, stopped) = watch::channel(());
+        let notifier = Notifier::spawn(subscriber, stopped);
+        let node = Arc::new(Node::new(self.pool, notifier));
+        let tasks = Tasks::spawn(Arc::clone(&node));
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                config: self.config,
+                node,
+                tasks,
+                _shutdown: shutdown,
+            }),
+        })
+    }
+}

@@ -1,0 +1,351 @@
+//! Leases: the state of one hold, the watchdog that renews all holds of a client, and the
+//! queue that releases dropped holds.
+//!
+//! One task per client renews every watched hold: it wakes when the earliest renewal is due,
+//! takes every renewal due within the next quarter interval too, and sends them in batches of
+//! up to [`BATCH`] keys per script call. A hold is lost, never to be held again, when a renewal
+//! finds the lock gone or owned by another, or when its lease would have run out (measured from
+//! the moment the last successful renewal was sent) without Redis answering.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::backend::Node;
+use crate::key::LockKeys;
+
+/// The most keys one renewal script call carries.
+pub(crate) const BATCH: usize = 256;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Which primitive a hold belongs to, and so which scripts renew and release it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Mutex,
+}
+
+/// One hold of a lock, shared by its guard and the background tasks.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    id: u64,
+    pub(crate) kind: Kind,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    /// The owner token as stored in Redis (a capability: never logged).
+    pub(crate) owner: String,
+    pub(crate) lease: Duration,
+    /// Renewed by the watchdog (false for a fixed lease).
+    pub(crate) renew: bool,
+    /// Conservative local estimate of when the lease runs out.
+    expires_at: StdMutex<Instant>,
+    lost: watch::Sender<bool>,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        kind: Kind,
+        name: Arc<str>,
+        keys: Arc<LockKeys>,
+        owner: String,
+        lease: Duration,
+        renew: bool,
+        sent_at: Instant,
+    ) -> Self {
+        Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            kind,
+            name,
+            keys,
+            owner,
+            lease,
+            renew,
+            expires_at: StdMutex::new(sent_at + lease),
+            lost: watch::Sender::new(false),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Marks the hold lost. It never becomes held again.
+    pub(crate) fn mark_lost(&self) {
+        self.lost.send_if_modified(|lost| !std::mem::replace(lost, true));
+    }
+
+    pub(crate) fn lost_signal(&self) -> watch::Receiver<bool> {
+        self.lost.subscribe()
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        *self.expires_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
+    pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
+        let mut at = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
+        *at = (*at).max(sent_at + lease);
+    }
+}
+
+enum Command {
+    Watch(Arc<Hold>),
+    Forget(u64),
+}
+
+/// Senders to the client's background tasks.
+#[derive(Debug, Clone)]
+pub(crate) struct Tasks {
+    watchdog: mpsc::UnboundedSender<Command>,
+    releases: mpsc::UnboundedSender<Arc<Hold>>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Watch(h) => write!(f, "Watch({})", h.id),
+            Self::Forget(id) => write!(f, "Forget({id})"),
+        }
+    }
+}
+
+impl Tasks {
+    /// Starts the watchdog and the release queue on the current runtime. Both stop once every
+    /// sender (client, handles, guards) is gone and their queues are drained.
+    pub(crate) fn spawn(node: Arc<Node>) -> Self {
+        let (watchdog, rx) = mpsc::unbounded_channel();
+        tokio::spawn(watchdog_task(Arc::clone(&node), rx));
+        let (releases, rx) = mpsc::unbounded_channel();
+        tokio::spawn(release_task(node, rx));
+        Self {
+            watchdog,
+            releases,
+        }
+    }
+}
+
+/// A live hold: registered with the watchdog, released in the background when dropped.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    hold: Arc<Hold>,
+    tasks: Tasks,
+    armed: bool,
+}
+
+impl Lease {
+    pub(crate) fn new(hold: Hold, tasks: Tasks) -> Self {
+        let hold = Arc::new(hold);
+        // If the watchdog is gone the client is shutting down; the lease then simply runs out.
+        let _ = tasks.watchdog.send(Command::Watch(Arc::clone(&hold)));
+        Self {
+            hold,
+            tasks,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
+    /// Stops watching and hands the hold to the caller, who releases it.
+    pub(crate) fn disarm(mut self) -> Arc<Hold> {
+        self.armed = false;
+        let _ = self.tasks.watchdog.send(Command::Forget(self.hold.id));
+        Arc::clone(&self.hold)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tasks.watchdog.send(Command::Forget(self.hold.id));
+            if !self.hold.is_lost() {
+                let _ = self.tasks.releases.send(Arc::clone(&self.hold));
+            }
+        }
+    }
+}
+
+struct Entry {
+    hold: Arc<Hold>,
+    next_renew: Option<Instant>,
+}
+
+fn interval(hold: &Hold) -> Duration {
+    hold.lease / 3
+}
+
+async fn watchdog_task(node: Arc<Node>, mut commands: mpsc::UnboundedReceiver<Command>) {
+    let mut entries: HashMap<u64, Entry> = HashMap::new();
+    loop {
+        let wake_at = entries
+            .values()
+            .map(|e| e.next_renew.unwrap_or_else(|| e.hold.expires_at()))
+            .min();
+        tokio::select! {
+            command = commands.recv() => match command {
+                Some(Command::Watch(hold)) => {
+                    let next_renew = hold.renew.then(|| Instant::now() + interval(&hold));
+                    entries.insert(hold.id, Entry { hold, next_renew });
+                }
+                Some(Command::Forget(id)) => { entries.remove(&id); }
+                None => return,
+            },
+            _ = sleep_until(wake_at) => renew_due(&node, &mut entries).await,
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn renew_due(node: &Node, entries: &mut HashMap<u64, Entry>) {
+    let now = Instant::now();
+    entries.retain(|_, e| {
+        let expired = now >= e.hold.expires_at();
+        if expired {
+            tracing::warn!(lock = %e.hold.name, "lease ran out before it could be renewed");
+            e.hold.mark_lost();
+        }
+        !expired && !e.hold.is_lost()
+    });
+    let due: Vec<Arc<Hold>> = entries
+        .values()
+        .filter(|e| {
+            e.next_renew
+                .is_some_and(|at| at <= now + interval(&e.hold) / 4)
+        })
+        .map(|e| Arc::clone(&e.hold))
+        .collect();
+    for chunk in due.chunks(BATCH) {
+        let sent_at = Instant::now();
+        let limit = chunk
+            .iter()
+            .map(|h| h.expires_at())
+            .min()
+            .unwrap_or(sent_at);
+        let limit = limit.saturating_duration_since(sent_at).max(Duration::from_millis(1));
+        let outcome = tokio::time::timeout(limit, extend(node, chunk)).await;
+        match outcome {
+            Ok(Ok(results)) => {
+                for (hold, renewed) in chunk.iter().zip(results) {
+                    if renewed {
+                        hold.confirm(sent_at, hold.lease);
+                        if let Some(e) = entries.get_mut(&hold.id) {
+                            e.next_renew = Some(sent_at + interval(hold));
+                        }
+                    } else {
+                        tracing::warn!(lock = %hold.name, "lease lost: the lock is gone or held by another owner");
+                        hold.mark_lost();
+                        entries.remove(&hold.id);
+                    }
+                }
+            }
+            Ok(Err(err)) => retry_later(entries, chunk, &format!("{err:#}")),
+            Err(_) => retry_later(entries, chunk, "no answer before the lease runs out"),
+        }
+    }
+}
+
+fn retry_later(entries: &mut HashMap<u64, Entry>, chunk: &[Arc<Hold>], why: &str) {
+    tracing::debug!(holds = chunk.len(), why, "lease renewal failed, retrying");
+    let now = Instant::now();
+    for hold in chunk {
+        if let Some(e) = entries.get_mut(&hold.id) {
+            let retry = (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
+            e.next_renew = Some(now + retry);
+        }
+    }
+}
+
+async fn release_task(node: Arc<Node>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>) {
+    while let Some(hold) = jobs.recv().await {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            for attempt in 0..3u32 {
+                match release(&node, &hold).await {
+                    Ok(_) => return,
+                    Err(crate::Error::Pool(err)) => {
+                        tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
+                        tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                    }
+                    Err(err) => {
+                        tracing::warn!(lock = %hold.name, error = %err, "background release failed; the lease will run out");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Releases one hold of `hold.owner` with the script of its kind.
+pub(crate) async fn release(node: &Node, hold: &Hold) -> crate::Result<()> {
+    match hold.kind {
+        Kind::Mutex => crate::mutex::release(node, hold).await,
+    }
+}
+
+/// Renews a batch of holds; one flag per hold, false when it is lost.
+async fn extend(node: &Node, holds: &[Arc<Hold>]) -> crate::Result<Vec<bool>> {
+    // Every hold is a mutex hold today; a primitive with other scripts adds its arm here and
+    // the batches get grouped by kind.
+    crate::mutex::extend_batch(node, holds).await
+}
+
+/// A future that completes when a guard's lease is known lost. Made by a guard's `lost()`; it
+/// does not borrow the guard, so it can race the guarded work.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let guard = client.mutex("a")?.lock().await?;
+/// let lost: redlatch::Lost = guard.lost();
+/// tokio::spawn(async move {
+///     lost.await;
+///     eprintln!("lease lost");
+/// });
+/// # Ok(()) }
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct Lost {
+    inner: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>,
+}
+
+impl Lost {
+    pub(crate) fn new(hold: &Hold) -> Self {
+        let mut signal = hold.lost_signal();
+        Self {
+            inner: Box::pin(async move {
+                // The sender lives as long as the hold; if it is gone, so is the hold.
+                let _ = signal.wait_for(|lost| *lost).await;
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lost").finish_non_exhaustive()
+    }
+}
+
+impl std::future::Future for Lost {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        self.inner.as_mut().poll(cx)
+    }
+}

@@ -1,0 +1,74 @@
+//! Distributed locks for async Rust, backed by Redis.
+//!
+//! redlatch gives tokio services a reentrant [`Mutex`] shared across processes through one
+//! Redis server, with what a lock service needs beyond `SET NX`:
+//!
+//! * **leases and a watchdog**: every hold has a lease (30 s by default) that one background
+//!   task per client renews while the guard lives, so a crashed holder frees the lock within a
+//!   lease and a live one keeps it for as long as it works;
+//! * **a loss signal**: [`MutexGuard::lost`] completes, and [`MutexGuard::is_held`] turns
+//!   false, the moment the lease is known lost; a lost guard never becomes held again;
+//! * **fencing tokens**: [`MutexGuard::fencing_token`] rises with every acquisition, so the
+//!   storage you write to can refuse a holder whose lease ran out while it was paused;
+//! * **push wake-up**: a release wakes the next waiter through one shared subscription, in about
+//!   one round trip, with no herd of retries and no polling;
+//! * **explicit reentrancy**: [`MutexGuard::reenter`], or [`Mutex::lock_as`] with an
+//!   [`OwnerToken`] carried to another task or process;
+//! * **cancel safety**: dropping a `lock()` future never leaves the lock held.
+//!
+//! ```no_run
+//! # async fn demo() -> redlatch::Result<()> {
+//! let client = redlatch::LockClient::from_url("redis://127.0.0.1:6379")?;
+//! let mutex = client.mutex("orders:42")?;
+//!
+//! let guard = mutex.lock().await?;
+//! let token = guard.fencing_token(); // hand this to the storage you write to
+//! # let _ = token;
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees and their limits
+//!
+//! On one Redis server, the lock is exclusive as long as holders finish within their lease;
+//! the watchdog keeps the lease going while the process is alive and can reach Redis. A holder
+//! that is paused (GC, swap, SIGSTOP) past its lease, or cut off from Redis, loses the lock
+//! while it may still be working: that is what [`MutexGuard::lost`] and fencing tokens are for.
+//! With asynchronous replication, a failover can lose a lock that the old master granted.
+//!
+//! # Redis layout
+//!
+//! Keys are `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence` (the
+//! fencing counter) and the channel `<prefix>:{<name>}:wake`; every key of a lock shares the
+//! hash tag, so each script touches one slot. The scripts live in `lua/v1/`; see
+//! `lua/README.md` for their contracts.
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.88. Raising it is not a breaking change.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
+
+mod backend;
+mod client;
+mod config;
+mod error;
+mod key;
+mod lease;
+mod mutex;
+mod notify;
+mod scripts;
+mod token;
+mod wait;
+
+pub use client::{LockClient, LockClientBuilder};
+pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};
+pub use error::{Error, Result};
+pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use lease::Lost;
+pub use mutex::{Mutex, MutexGuard};
+pub use token::OwnerToken;
+
+/// The `deadpool-redis` this crate is built against, so the pool you pass matches.
+pub use deadpool_redis;

@@ -1,0 +1,635 @@
+//! [`Mutex`]: a reentrant lock with a hold count per owner, and its guard.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::Node;
+use crate::client::LockClient;
+use crate::config::{FENCE_TTL, lease_ms};
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::lease::{Hold, Kind, Lease, Lost};
+use crate::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_LAYOUT, MUTEX_RELEASE, Reply};
+use crate::token::OwnerToken;
+use crate::wait::{Attempt, wait_for};
+
+/// A distributed, reentrant mutual-exclusion lock, named in Redis.
+///
+/// Made by [`LockClient::mutex`]. The handle is cheap to clone and holds no lock itself; each
+/// successful acquisition returns a [`MutexGuard`], which proves ownership until it is unlocked
+/// or dropped.
+///
+/// * **Ownership** belongs to an [`OwnerToken`]. Each [`lock`](Self::lock) makes a new owner,
+///   so two calls never share a hold by accident. Re-entering is explicit:
+///   [`MutexGuard::reenter`], or [`lock_as`](Self::lock_as) with a token carried from
+///   elsewhere (another task, another process). The lock is free only when every hold of its
+///   owner is released.
+/// * **Leases**: every hold has one (30 s by default). The client's watchdog renews it every
+///   third of the lease while the guard lives; [`with_lease`](Self::with_lease) gives a fixed
+///   lease that the watchdog leaves alone. A crashed holder's lock frees itself when its lease
+///   runs out.
+/// * **Fencing**: every fresh acquisition gets a [`fencing_token`](MutexGuard::fencing_token)
+///   above all earlier ones for this name, so a storage system can refuse writes from a holder
+///   whose lease has run out.
+/// * **Waiting** is by push: a release wakes one waiting task per client at once (about one
+///   round trip), and local waiters are served oldest first.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let mutex = client.mutex("invoice:7")?;
+/// let guard = mutex.lock().await?;
+/// // Pass the fencing token to the storage you write to.
+/// let token = guard.fencing_token();
+/// # let _ = token;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    client: LockClient,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    lease: Duration,
+    renew: bool,
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("watchdog", &self.renew)
+            .finish()
+    }
+}
+
+impl Mutex {
+    pub(crate) fn new(client: LockClient, name: &str) -> Result<Self> {
+        let config = &client.inner.config;
+        let keys = LockKeys::new(&config.prefix, name)?;
+        Ok(Self {
+            lease: config.lease,
+            renew: config.watchdog,
+            name: name.into(),
+            keys: Arc::new(keys),
+            client,
+        })
+    }
+
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// assert_eq!(client.mutex("a")?.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This handle with a fixed lease: guards it acquires hold the lock for `lease` from the
+    /// acquisition, and the watchdog does not renew them (call
+    /// [`MutexGuard::extend`] to lengthen one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `lease` is outside
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.mutex("report")?.with_lease(Duration::from_secs(5))?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        lease_ms(lease)?;
+        self.lease = lease;
+        self.renew = false;
+        Ok(self)
+    }
+
+    /// Acquires the lock as a new owner, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Pool`] or [`Error::Redis`] if Redis cannot be reached, [`Error::WrongType`] or
+    /// [`Error::Layout`] if the lock's keys hold data redlatch does not own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future gives up the wait; if an acquisition was already on its
+    /// way to Redis, it completes in the background and is released at once, so a cancelled
+    /// `lock` never leaves the lock held for longer than one round trip.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        self.acquire(OwnerToken::new(), true, None).await
+    }
+
+    /// As [`lock`](Self::lock), giving up with [`Error::Timeout`] after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the time runs out, and as [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// match client.mutex("a")?.lock_timeout(Duration::from_millis(200)).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(redlatch::Error::Timeout { .. }) => println!("busy, try later"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
+        self.acquire(OwnerToken::new(), true, Some(timeout)).await
+    }
+
+    /// Acquires the lock if it is free, in one round trip. `Ok(None)` means another owner holds
+    /// it: busy is not an error.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// if let Some(guard) = client.mutex("a")?.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
+    pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
+        Ok(match self.attempt(OwnerToken::new(), true).await? {
+            Attempt::Acquired(guard) => Some(guard),
+            Attempt::Busy(_) => None,
+        })
+    }
+
+    /// Acquires the lock for `owner`, waiting as long as it takes. If `owner` already holds it
+    /// (in this process or another), this adds one hold at once; the lock is free again only
+    /// when every hold is released.
+    ///
+    /// The token is a capability: pass it only to code you trust to hold this lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an acquisition that reaches Redis after the future was dropped is released
+    /// again, so the owner's hold count is what it was.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient, header: &str) -> redlatch::Result<()> {
+    /// // `header` came from the caller that holds the lock.
+    /// let owner: redlatch::OwnerToken = header.parse()?;
+    /// let nested = client.mutex("a")?.lock_as(&owner).await?;
+    /// nested.unlock().await?; // the caller still holds the lock
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
+    pub async fn lock_as(&self, owner: &OwnerToken) -> Result<MutexGuard> {
+        self.acquire(*owner, false, None).await
+    }
+
+    /// As [`lock_as`](Self::lock_as), without waiting: `Ok(None)` if another owner holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient, owner: redlatch::OwnerToken) -> redlatch::Result<()> {
+    /// let maybe = client.mutex("a")?.try_lock_as(&owner).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
+    pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
+        Ok(match self.attempt(*owner, false).await? {
+            Attempt::Acquired(guard) => Some(guard),
+            Attempt::Busy(_) => None,
+        })
+    }
+
+    async fn acquire(
+        &self,
+        owner: OwnerToken,
+        fresh: bool,
+        timeout: Option<Duration>,
+    ) -> Result<MutexGuard> {
+        let inner = &self.client.inner;
+        wait_for(&inner.node, &inner.config, &self.keys.wake, timeout, || {
+            self.attempt(owner, fresh)
+        })
+        .await
+    }
+
+    /// One acquisition attempt. It runs in its own task so that it completes even if the caller
+    /// is cancelled: an acquired hold nobody receives is dropped, and so released.
+    async fn attempt(&self, owner: OwnerToken, fresh: bool) -> Result<Attempt<MutexGuard>> {
+        let (tx, rx) = oneshot::channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(this.run_acquire(owner, fresh).await);
+        });
+        rx.await.map_err(|_| Error::Protocol {
+            script: "mutex_acquire",
+            detail: "the acquisition task stopped without an answer".into(),
+        })?
+    }
+
+    async fn run_acquire(&self, owner: OwnerToken, fresh: bool) -> Result<Attempt<MutexGuard>> {
+        let inner = &self.client.inner;
+        let field = owner.as_field();
+        let lease = lease_ms(self.lease)?;
+        let sent_at = Instant::now();
+        let raw = inner
+            .node
+            .invoke(
+                MUTEX_ACQUIRE
+                    .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .arg(&field)
+                    .arg(lease)
+                    .arg(FENCE_TTL.as_millis() as u64),
+            )
+            .await;
+        let hold = |field: String| {
+            Hold::new(
+                Kind::Mutex,
+                Arc::clone(&self.name),
+                Arc::clone(&self.keys),
+                field,
+                self.lease,
+                self.renew,
+                sent_at,
+            )
+        };
+        let raw = match raw {
+            Ok(raw) => raw,
+            Err(err) => {
+                // No answer in time: the script may still run. A new owner's hold would then
+                // be nobody's, so release it (same connection, so it runs after the attempt).
+                if fresh && matches!(&err, Error::Redis(e) if e.is_timeout()) {
+                    drop(Lease::new(hold(field), inner.tasks.clone()));
+                }
+                return Err(err);
+            }
+        };
+        let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
+        let (status, reply) = Reply::decode("mutex_acquire", raw, &keys, MUTEX_LAYOUT)?;
+        match status {
+            1 => {
+                let fence = reply.int(1)?;
+                let lease = Lease::new(hold(field), inner.tasks.clone());
+                Ok(Attempt::Acquired(MutexGuard {
+                    mutex: self.clone(),
+                    owner,
+                    fence: u64::try_from(fence).unwrap_or_default(),
+                    lease,
+                }))
+            }
+            0 => {
+                let pttl = reply.int(1)?;
+                let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+                Ok(Attempt::Busy(pttl))
+            }
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+/// Proof that this owner holds a [`Mutex`] once. One hold per guard: a re-entered lock has one
+/// guard per hold.
+///
+/// There is no `Deref`: the lock guards no local data, it guards whatever the name stands for.
+/// Check [`is_held`](Self::is_held) or race the work against [`lost`](Self::lost) when the work
+/// may outlast the lease, and hand [`fencing_token`](Self::fencing_token) to storage that can
+/// refuse stale writers.
+///
+/// # Drop
+///
+/// Dropping the guard releases its hold in the background (the client's release queue), which
+/// needs the tokio runtime the client runs on; if that is gone, the lease runs out instead.
+/// Call [`unlock`](Self::unlock) to release now and see the outcome.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let guard = client.mutex("a")?.lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost, stopping"),
+///     _ = async { /* the work */ } => {}
+/// }
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    mutex: Mutex,
+    owner: OwnerToken,
+    fence: u64,
+    lease: Lease,
+}
+
+impl fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("name", &self.mutex.name)
+            .field("fencing_token", &self.fence)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MutexGuard {
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// assert_eq!(guard.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.mutex.name
+    }
+
+    /// The owner of this hold. It is a capability: hand it only to code that may re-enter.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// let header_value = guard.owner().to_string();
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
+    /// The fencing token of this holding: above every token issued for this name before it.
+    /// Re-entered holds share the token of the holding they joined.
+    ///
+    /// Tokens come from a counter kept beside the lock for 7 days after the last fresh
+    /// acquisition ([`FENCE_TTL`](crate::FENCE_TTL)) and never fall below the Redis server's
+    /// clock in microseconds, so they keep rising after the counter expires, as long as that
+    /// clock does not go back.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let mutex = client.mutex("a")?;
+    /// let first = mutex.lock().await?;
+    /// let t1 = first.fencing_token();
+    /// first.unlock().await?;
+    /// assert!(mutex.lock().await?.fencing_token() > t1);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// False once the lease is known lost: a renewal found the lock gone or owned by another,
+    /// Redis could not be reached before the lease ran out, or a fixed lease ran out. A lost
+    /// guard never becomes held again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// assert!(guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        let hold = self.lease.hold();
+        !hold.is_lost() && Instant::now() < hold.expires_at()
+    }
+
+    /// A future that completes when the lease is known lost (see [`is_held`](Self::is_held)).
+    /// It does not borrow the guard.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// let lost = guard.lost();
+    /// tokio::select! {
+    ///     _ = lost => { /* stop writing */ }
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Lost {
+        Lost::new(self.lease.hold())
+    }
+
+    /// Makes the remaining lease at least `lease` from now (a longer remaining lease is kept).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if the hold is lost (the guard is then lost for good),
+    /// [`Error::InvalidArgument`] for a lease outside the bounds, and connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an extension that still reaches Redis only lengthens the lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.mutex("a")?.with_lease(Duration::from_secs(5))?.lock().await?;
+    /// guard.extend(Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.extend", skip_all, fields(lock = %self.mutex.name))]
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let ms = lease_ms(lease)?;
+        let hold = self.lease.hold();
+        if hold.is_lost() {
+            return Err(self.not_held());
+        }
+        let node = &self.mutex.client.inner.node;
+        let sent_at = Instant::now();
+        let raw = node
+            .invoke(MUTEX_EXTEND.key(&hold.keys.lock).arg(&hold.owner).arg(ms))
+            .await?;
+        let status = extend_statuses(raw, 1)?.pop().unwrap_or_default();
+        match status {
+            1 => {
+                hold.confirm(sent_at, lease);
+                Ok(())
+            }
+            0 => {
+                hold.mark_lost();
+                Err(self.not_held())
+            }
+            status => Err(foreign(&hold.keys.lock, status)),
+        }
+    }
+
+    /// Adds one hold for the same owner, with the same lease settings, and returns its guard.
+    /// The lock stays held until both guards are released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if this hold is lost, and as [`Mutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Mutex::lock_as`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let outer = client.mutex("a")?.lock().await?;
+    /// let inner = outer.reenter().await?;
+    /// inner.unlock().await?;
+    /// outer.unlock().await?; // now the lock is free
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.mutex.name))]
+    pub async fn reenter(&self) -> Result<MutexGuard> {
+        if self.lease.hold().is_lost() {
+            return Err(self.not_held());
+        }
+        match self.mutex.attempt(self.owner, false).await? {
+            Attempt::Acquired(guard) => Ok(guard),
+            Attempt::Busy(_) => {
+                self.lease.hold().mark_lost();
+                Err(self.not_held())
+            }
+        }
+    }
+
+    /// Releases this hold now. The lock is free once every hold of the owner is released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if the owner no longer held the lock (its lease ran out, or the key
+    /// was deleted): nothing was changed. Connection errors leave the release to the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a cancelled `unlock` may or may not have released the
+    /// hold; either way the watchdog no longer renews it, so it is gone within one lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.unlock", skip_all, fields(lock = %self.mutex.name))]
+    pub async fn unlock(self) -> Result<()> {
+        let Self { mutex, lease, .. } = self;
+        let hold = lease.disarm();
+        release(&mutex.client.inner.node, &hold).await
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.mutex.name.to_string(),
+        }
+    }
+}
+
+fn foreign(key: &str, status: i64) -> Error {
+    if status == -1 {
+        Error::WrongType {
+            key: key.to_owned(),
+            found: "value of another type".to_owned(),
+        }
+    } else {
+        Error::Layout {
+            key: key.to_owned(),
+            found: "another layout".to_owned(),
+            expected: MUTEX_LAYOUT,
+        }
+    }
+}
+
+fn extend_statuses(raw: redis::Value, expected: usize) -> Result<Vec<i64>> {
+    let bad = |detail: String| Error::Protocol {
+        script: "mutex_extend",
+        detail,
+    };
+    let redis::Value::Array(items) = raw else {
+        return Err(bad(format!("expected an array, got {raw:?}")));
+    };
+    if items.len() != expected {
+        return Err(bad(format!("expected {expected} results, got {}", items.len())));
+    }
+    items
+        .iter()
+        .map(|v| crate::scripts::int(v).ok_or_else(|| bad(format!("not an integer: {v:?}"))))
+        .collect()
+}
+
+/// Releases one hold of `hold.owner`.
+pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
+    let raw = node
+        .invoke(
+            MUTEX_RELEASE
+                .key(&hold.keys.lock)
+                .arg(&hold.owner)
+                .arg(&hold.keys.wake),
+        )
+        .await?;
+    let (status, reply) = Reply::decode("mutex_release", raw, &[&hold.keys.lock], MUTEX_LAYOUT)?;
+    match status {
+        1 | 2 => Ok(()),
+        0 => Err(Error::NotHeld {
+            name: hold.name.to_string(),
+        }),
+        other => Err(reply.unexpected(other)),
+    }
+}
+
+/// Renews a batch of holds in one script call; one flag per hold, false when it is lost.
+pub(crate) async fn extend_batch(node: &Node, holds: &[Arc<Hold>]) -> Result<Vec<bool>> {
+    let mut invocation = MUTEX_EXTEND.prepare_invoke();
+    for hold in holds {
+        invocation
+            .key(&hold.keys.lock)
+            .arg(&hold.owner)
+            .arg(u64::try_from(hold.lease.as_millis()).unwrap_or(u64::MAX));
+    }
+    let raw = node.invoke(&invocation).await?;
+    let statuses = extend_statuses(raw, holds.len())?;
+    Ok(statuses
+        .into_iter()
+        .zip(holds)
+        .map(|(status, hold)| {
+            if status < 0 {
+                tracing::warn!(lock = %hold.name, error = %foreign(&hold.keys.lock, status), "lease renewal refused");
+            }
+            status == 1
+        })
+        .collect())
+}

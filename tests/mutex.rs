@@ -1,0 +1,243 @@
+//! The reentrant mutex: exclusion, reentrancy, owner checks, fencing, input errors.
+
+mod support;
+
+use std::time::Duration;
+
+use redlatch::{Error, OwnerToken};
+use support::{TestRedis, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn lock_excludes_and_unlock_frees() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let a = redis.client();
+        let b = redis.client();
+        let guard = a.mutex("m").unwrap().lock().await.unwrap();
+        assert!(guard.is_held());
+        assert!(b.mutex("m").unwrap().try_lock().await.unwrap().is_none());
+        // Another owner in the same client is refused too: ownership is per acquisition.
+        assert!(a.mutex("m").unwrap().try_lock().await.unwrap().is_none());
+        guard.unlock().await.unwrap();
+        let again = b.mutex("m").unwrap().try_lock().await.unwrap().expect("free");
+        again.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reenter_counts_holds_and_frees_only_at_zero() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let a = redis.client();
+        let other = redis.client();
+        let mutex = a.mutex("re").unwrap();
+        let outer = mutex.lock().await.unwrap();
+        let middle = outer.reenter().await.unwrap();
+        let inner = middle.reenter().await.unwrap();
+        assert_eq!(outer.fencing_token(), inner.fencing_token());
+        let mut conn = redis.conn().await;
+        let holds: u64 = redis::cmd("HGET")
+            .arg(redis.lock_key("re"))
+            .arg(outer.owner().to_string())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(holds, 3);
+        // Released out of order: the lock stays held until the last one.
+        outer.unlock().await.unwrap();
+        assert!(other.mutex("re").unwrap().try_lock().await.unwrap().is_none());
+        inner.unlock().await.unwrap();
+        assert!(other.mutex("re").unwrap().try_lock().await.unwrap().is_none());
+        middle.unlock().await.unwrap();
+        let free = other.mutex("re").unwrap().try_lock().await.unwrap();
+        assert!(free.is_some());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lock_as_reenters_across_processes() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let here = redis.client();
+        let there = redis.client();
+        let guard = here.mutex("carried").unwrap().lock().await.unwrap();
+        // The token travels as a string, as it would in a header.
+        let header = guard.owner().to_string();
+        let owner: OwnerToken = header.parse().unwrap();
+        let remote = there.mutex("carried").unwrap().lock_as(&owner).await.unwrap();
+        assert_eq!(remote.fencing_token(), guard.fencing_token());
+        guard.unlock().await.unwrap();
+        // Still held through the remote hold.
+        assert!(there.mutex("carried").unwrap().try_lock().await.unwrap().is_none());
+        remote.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+        // A token that holds nothing simply acquires as that owner.
+        let fresh = OwnerToken::new();
+        let g = there.mutex("carried").unwrap().try_lock_as(&fresh).await.unwrap().unwrap();
+        assert_eq!(g.owner(), &fresh);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn non_owner_release_and_extend_are_refused_and_change_nothing() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let a = redis.client();
+        let b = redis.client();
+        let stale = a.mutex("stolen").unwrap().lock().await.unwrap();
+        // The key disappears behind the holder's back and someone else takes the lock.
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(redis.lock_key("stolen"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let current = b.mutex("stolen").unwrap().lock().await.unwrap();
+        let before: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(redis.lock_key("stolen"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = stale.extend(Duration::from_secs(100)).await.unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+        assert!(!stale.is_held());
+        let err = stale.unlock().await.unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+        let after: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(redis.lock_key("stolen"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(before, after);
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(redis.lock_key("stolen"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl <= 30_000, "a refused extend must not lengthen the lease ({pttl})");
+        assert!(current.is_held());
+        current.unlock().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fencing_tokens_rise_across_acquisitions_and_expiry() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("fence").unwrap();
+        let mut last = 0;
+        for _ in 0..20 {
+            let g = mutex.lock().await.unwrap();
+            assert!(g.fencing_token() > last);
+            last = g.fencing_token();
+            g.unlock().await.unwrap();
+        }
+        // A lease that runs out (no unlock) still leaves the next token higher.
+        let short = mutex.clone().with_lease(Duration::from_millis(50)).unwrap();
+        let g = short.lock().await.unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.lost().await;
+        let after = mutex.lock().await.unwrap();
+        assert!(after.fencing_token() > last);
+        last = after.fencing_token();
+        after.unlock().await.unwrap();
+        // Even if the counter itself is gone, tokens keep rising (server clock floor).
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{}:fence", redis.lock_key("fence")))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let g = mutex.lock().await.unwrap();
+        assert!(g.fencing_token() > last);
+        // The counter carries a TTL: nothing stays for ever.
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{}:fence", redis.lock_key("fence")))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= redlatch::FENCE_TTL.as_millis() as i64, "{ttl}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lock_timeout_gives_up_with_a_typed_error() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let held = client.mutex("busy").unwrap().lock().await.unwrap();
+        let err = client
+            .mutex("busy")
+            .unwrap()
+            .lock_timeout(Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+        assert!(held.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        for name in ["", "a{b}", "x\ny"] {
+            assert!(matches!(
+                client.mutex(name),
+                Err(Error::InvalidArgument { what: "name", .. })
+            ));
+        }
+        let long = "n".repeat(redlatch::MAX_NAME_LEN + 1);
+        assert!(matches!(client.mutex(&long), Err(Error::InvalidArgument { .. })));
+        let m = client.mutex("ok").unwrap();
+        for lease in [Duration::ZERO, Duration::from_millis(1)] {
+            assert!(matches!(
+                m.clone().with_lease(lease),
+                Err(Error::InvalidArgument { what: "lease", .. })
+            ));
+        }
+        let g = m.lock().await.unwrap();
+        assert!(matches!(
+            g.extend(Duration::ZERO).await,
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(g.is_held(), "a refused extend loses nothing");
+        let bad_builders = [
+            redis.builder().key_prefix(""),
+            redis.builder().key_prefix("{x}"),
+            redis.builder().default_lease(Duration::ZERO),
+            redis
+                .builder()
+                .wait_backoff(Duration::from_secs(2), Duration::from_secs(1)),
+        ];
+        for b in bad_builders {
+            assert!(matches!(b.build(), Err(Error::InvalidArgument { .. })));
+        }
+        assert!("zz".parse::<OwnerToken>().is_err());
+    })
+    .await;
+}
+
+#[test]
+fn building_outside_a_runtime_is_an_error_not_a_panic() {
+    let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:1")
+        .builder()
+        .unwrap()
+        .runtime(deadpool_redis::Runtime::Tokio1)
+        .build()
+        .unwrap();
+    let err = redlatch::LockClient::new(pool, "redis://127.0.0.1:1").unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { what: "runtime", .. }));
+}

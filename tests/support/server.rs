@@ -1,0 +1,186 @@
+//! A redis-server process for tests, examples and benchmarks: started on a free loopback port
+//! (retrying on a port clash), killed on drop, and able to be killed, paused and restarted.
+//!
+//! Shared by `tests/`, `examples/` and `benches/` through `#[path]`, so it uses only the
+//! standard library.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where to find the binary: `REDLATCH_REDIS_SERVER`, else `redis-server` on `PATH`.
+fn binary() -> String {
+    std::env::var("REDLATCH_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// A redis-server child process owned by the caller.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port. Panics, with an install hint, if redis-server
+    /// cannot be run.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments (`["--maxmemory", "1mb"]`, ...).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "redlatch-redis-{}-{}",
+            std::process::id(),
+            uuid_like()
+        ));
+        std::fs::create_dir_all(&dir).expect("create a temporary directory for redis-server");
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let port = free_port();
+            let mut server = Self {
+                child: None,
+                port,
+                dir: dir.clone(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server did not start after 10 ports: {last_error}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = self.dir.join("redis.log");
+        let child = Command::new(binary())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run `{}` ({e}). Install Redis first: `apt-get install -y redis-server` \
+                     (Debian/Ubuntu) or `brew install redis`, or set REDIS_URL to a server to use, \
+                     or REDLATCH_REDIS_SERVER to the binary.",
+                    binary()
+                )
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("redis-server exited with {status}: {log}"));
+            }
+            if ping(self.port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err(format!("redis-server on port {} did not answer PING", self.port))
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        for _ in 0..50 {
+            if self.spawn().is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}", self.port);
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill {signal} failed");
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a loopback port")
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos:x}")
+}
