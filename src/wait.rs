@@ -55,7 +55,17 @@ where
             if let Some(w) = &waiter {
                 w.settled();
             }
-            match answer? {
+            let answer = match answer {
+                // Once waiting, a connection failure is waited out like a busy lock: the
+                // attempt is retried with backoff until the deadline. The first attempt's
+                // errors go straight to the caller, so a wrong address fails fast.
+                Err(err) if waiter.is_some() && err.is_connection() => {
+                    tracing::debug!(error = %err, "attempt failed while waiting, retrying");
+                    Attempt::Busy(None)
+                }
+                other => other?,
+            };
+            match answer {
                 Attempt::Acquired(value) => {
                     if let Some(w) = &waiter {
                         // The next local waiter arms its timer for our lease, not the old one.

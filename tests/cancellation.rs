@@ -1,0 +1,95 @@
+//! Cancelled acquisitions leave nothing behind.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{TestRedis, within};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_cancelled_acquires_leave_the_lock_free_and_redis_clean() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(120), async {
+        let clients = [redis.client(), redis.client()];
+        let mut tasks = Vec::new();
+        for i in 0..400usize {
+            let mutex = clients[i % 2].mutex("cancel").unwrap();
+            // Cancel at a random point: before sending, in flight, while waiting, or after the
+            // lock was granted but before the caller saw it.
+            let after = Duration::from_micros(fastrand::u64(0..3_000));
+            tasks.push(tokio::spawn(async move {
+                match tokio::time::timeout(after, mutex.lock()).await {
+                    // Won the race: hold briefly, then drop without unlocking.
+                    Ok(guard) => {
+                        let guard = guard.unwrap();
+                        tokio::task::yield_now().await;
+                        drop(guard);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }));
+        }
+        let mut won = 0;
+        for t in tasks {
+            won += usize::from(t.await.unwrap());
+        }
+        // Some were cancelled after all (the point of the test).
+        assert!(won < 400, "nothing was cancelled");
+        // The lock is free again well before any lease (30 s) could have freed it.
+        let fresh = redis.client();
+        let guard = fresh
+            .mutex("cancel")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(10))
+            .await
+            .expect("a cancelled acquire left the lock held");
+        guard.unlock().await.unwrap();
+        // Background releases have run: nothing but the fencing counter remains.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = redis.leftovers().await;
+            if left.is_empty() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "left behind: {left:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_lock_as_does_not_change_the_hold_count() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let client = redis.client();
+        let mutex = client.mutex("count").unwrap();
+        let guard = mutex.lock().await.unwrap();
+        let owner = *guard.owner();
+        for i in 0..100u64 {
+            let m = mutex.clone();
+            // Cancelled at every point from "never sent" to "granted, not yet returned".
+            let _ = tokio::time::timeout(Duration::from_micros(i * 20), m.lock_as(&owner)).await;
+        }
+        // Once the background releases have settled, exactly the original hold remains.
+        let mut conn = redis.conn().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let holds: u64 = redis::cmd("HGET")
+                .arg(redis.lock_key("count"))
+                .arg(owner.to_string())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if holds == 1 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{holds} holds");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

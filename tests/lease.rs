@@ -1,0 +1,190 @@
+//! Leases and the watchdog, with short leases (hundreds of ms) and generous margins.
+
+mod support;
+
+use std::time::Duration;
+
+use redlatch::Error;
+use support::{TestRedis, within};
+
+const LEASE: Duration = Duration::from_millis(300);
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn watchdog_keeps_a_guard_held_for_ten_leases() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.builder().default_lease(LEASE).build().unwrap();
+        let other = redis.client();
+        let guard = client.mutex("long").unwrap().lock().await.unwrap();
+        let mut lost = std::pin::pin!(guard.lost());
+        // Ten leases' worth of time: without renewal the lock would have expired ten times.
+        let ten_leases = tokio::time::sleep(LEASE * 10);
+        tokio::select! {
+            _ = &mut lost => panic!("lease lost while the watchdog was running"),
+            _ = ten_leases => {}
+        }
+        assert!(guard.is_held());
+        assert!(other.mutex("long").unwrap().try_lock().await.unwrap().is_none());
+        guard.unlock().await.unwrap();
+        assert!(other.mutex("long").unwrap().try_lock().await.unwrap().is_some());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lost_completes_when_the_key_is_deleted_and_never_comes_back() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.builder().default_lease(LEASE).build().unwrap();
+        let guard = client.mutex("deleted").unwrap().lock().await.unwrap();
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(redis.lock_key("deleted"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        guard.lost().await;
+        assert!(!guard.is_held());
+        // The lock is free again and another owner takes it; the lost guard stays lost.
+        let next = client.mutex("deleted").unwrap().lock().await.unwrap();
+        tokio::time::sleep(LEASE * 2).await;
+        assert!(!guard.is_held());
+        assert!(matches!(
+            guard.extend(Duration::from_secs(1)).await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert!(matches!(guard.reenter().await, Err(Error::NotHeld { .. })));
+        assert!(next.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lost_completes_when_the_server_is_killed() {
+    let mut redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.builder().default_lease(LEASE).build().unwrap();
+        let guard = client.mutex("killed").unwrap().lock().await.unwrap();
+        redis.server().kill();
+        guard.lost().await;
+        assert!(!guard.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lost_completes_when_the_server_is_paused_past_the_lease() {
+    let mut redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.builder().default_lease(LEASE).build().unwrap();
+        let guard = client.mutex("paused").unwrap().lock().await.unwrap();
+        redis.server().pause();
+        guard.lost().await;
+        assert!(!guard.is_held());
+        redis.server().resume();
+        // Once the server answers again the guard still does not come back.
+        let fresh = client.mutex("paused").unwrap().lock().await.unwrap();
+        assert!(fresh.is_held());
+        assert!(!guard.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fixed_lease_is_not_renewed() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("fixed").unwrap().with_lease(LEASE).unwrap();
+        let guard = mutex.lock().await.unwrap();
+        guard.lost().await;
+        assert!(!guard.is_held());
+        // The key is gone from Redis: the lease really ran out.
+        assert!(redis.leftovers().await.is_empty());
+        // extend() lengthens a fixed lease on request.
+        let guard = mutex.lock().await.unwrap();
+        guard.extend(Duration::from_secs(30)).await.unwrap();
+        tokio::time::sleep(LEASE * 3).await;
+        assert!(guard.is_held());
+        assert!(client.mutex("fixed").unwrap().try_lock().await.unwrap().is_none());
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn watchdog_off_makes_the_default_lease_fixed() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .default_lease(LEASE)
+            .watchdog(false)
+            .build()
+            .unwrap();
+        let guard = client.mutex("nowatch").unwrap().lock().await.unwrap();
+        guard.lost().await;
+        assert!(client.mutex("nowatch").unwrap().try_lock().await.unwrap().is_some());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crashed_holder_frees_the_lock_after_its_lease() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let waiter = redis.client();
+        // The holder "crashes": its client and runtime go away without releasing.
+        let url = redis.url.clone();
+        let prefix = redis.prefix.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async {
+                let pool = deadpool_redis::Config::from_url(&url)
+                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+                    .unwrap();
+                let client = redlatch::LockClient::builder(pool, url.as_str())
+                    .key_prefix(prefix)
+                    .default_lease(LEASE)
+                    .build()
+                    .unwrap();
+                let guard = client.mutex("crash").unwrap().lock().await.unwrap();
+                // Never dropped: no release is queued, as in a crash.
+                let _ = Box::leak(Box::new(guard));
+            });
+            // Dropping the runtime kills the watchdog without any release.
+        })
+        .join()
+        .unwrap();
+        let guard = waiter
+            .mutex("crash")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert!(guard.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropped_guards_are_released_in_the_background() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let other = redis.client();
+        let guard = client.mutex("dropped").unwrap().lock().await.unwrap();
+        drop(guard);
+        // Waiting with a lease-long deadline proves the release, not expiry, freed it.
+        let next = other
+            .mutex("dropped")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(20))
+            .await
+            .unwrap();
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

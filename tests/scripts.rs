@@ -1,0 +1,122 @@
+//! Scripts against a real server: the NOSCRIPT path, and foreign data under our keys.
+
+mod support;
+
+use std::time::Duration;
+
+use redlatch::Error;
+use support::{TestRedis, within};
+
+#[tokio::test]
+async fn every_operation_works_after_script_flush() {
+    // Our own server: SCRIPT FLUSH would touch other users of a shared one.
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let client = redis.client();
+        let mutex = client.mutex("flushed").unwrap();
+        let warm = mutex.lock().await.unwrap();
+        warm.unlock().await.unwrap();
+        let mut conn = redis.conn().await;
+        let flush = || redis::cmd("SCRIPT").arg("FLUSH").to_owned();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        let guard = mutex.lock().await.unwrap();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        guard.extend(Duration::from_secs(40)).await.unwrap();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        let inner = guard.reenter().await.unwrap();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        inner.unlock().await.unwrap();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        guard.unlock().await.unwrap();
+        // The watchdog's batched renewal after a flush.
+        let short = redis
+            .builder()
+            .default_lease(Duration::from_millis(150))
+            .build()
+            .unwrap();
+        let g = short.mutex("flushed").unwrap().lock().await.unwrap();
+        let _: () = flush().query_async(&mut conn).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(g.is_held());
+        g.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn foreign_data_gives_typed_errors_and_is_left_alone() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        // A string where the lock hash belongs.
+        let key = redis.lock_key("foreign");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("someone else's")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = client.mutex("foreign").unwrap().try_lock().await.unwrap_err();
+        assert!(
+            matches!(&err, Error::WrongType { key: k, found } if *k == key && found == "string"),
+            "{err:?}"
+        );
+        let err = client
+            .mutex("foreign")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+        let value: String = redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap();
+        assert_eq!(value, "someone else's");
+
+        // A hash without our layout tag (another library's lock, say).
+        let key = redis.lock_key("otherhash");
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("x")
+            .arg("1")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = client.mutex("otherhash").unwrap().try_lock().await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Layout { found, expected: "mutex:1", .. } if found.is_empty()),
+            "{err:?}"
+        );
+
+        // A layout from a future version.
+        let key = redis.lock_key("future");
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("~layout")
+            .arg("mutex:2")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = client.mutex("future").unwrap().try_lock().await.unwrap_err();
+        assert!(matches!(&err, Error::Layout { found, .. } if found == "mutex:2"), "{err:?}");
+
+        // A fencing counter that is not a number.
+        let fence = format!("{}:fence", redis.lock_key("badfence"));
+        let _: () = redis::cmd("SET")
+            .arg(&fence)
+            .arg("abc")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = client.mutex("badfence").unwrap().try_lock().await.unwrap_err();
+        assert!(matches!(&err, Error::WrongType { key, .. } if *key == fence), "{err:?}");
+        // Nothing was created by the refused attempt.
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(redis.lock_key("badfence"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0);
+    })
+    .await;
+}

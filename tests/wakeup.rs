@@ -1,0 +1,136 @@
+//! Waiting by push: releases wake waiters, one per release within a client, and nothing polls.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::{TestRedis, within};
+use tokio::sync::Barrier;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits until some client is subscribed to the wake-up channel of `name`.
+async fn subscribed(redis: &TestRedis, name: &str) {
+    let channel = format!("{}:wake", redis.lock_key(name));
+    let mut conn = redis.conn().await;
+    loop {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if n > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the waiters have gone quiet: the count of script calls stops moving for a while
+/// (only meaningful while no lease is short enough to be renewed meanwhile).
+async fn settle(redis: &TestRedis) -> u64 {
+    let mut last = redis.calls("evalsha").await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = redis.calls("evalsha").await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_long_before_the_lease_would_end() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let holder = redis.client();
+        let waiter = redis.client();
+        // A long fixed lease: only a notification can free the waiter within its deadline.
+        let guard = holder
+            .mutex("push")
+            .unwrap()
+            .with_lease(Duration::from_secs(300))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let m = waiter.mutex("push").unwrap();
+        let waiting = tokio::spawn(async move { m.lock_timeout(Duration::from_secs(30)).await });
+        subscribed(&redis, "push").await;
+        guard.unlock().await.unwrap();
+        let got = waiting.await.unwrap().expect("woken by the release");
+        assert!(got.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn one_release_wakes_one_local_waiter_and_waiters_do_not_poll() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let holder = redis.client();
+        let client = redis.client();
+        // Load the scripts first, so each call below is one EVALSHA.
+        holder.mutex("herd").unwrap().lock().await.unwrap().unlock().await.unwrap();
+        let guard = holder.mutex("herd").unwrap().lock().await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let go = Arc::new(Barrier::new(2));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let m = client.mutex("herd").unwrap();
+            let go = Arc::clone(&go);
+            let order = Arc::clone(&order);
+            tasks.push(tokio::spawn(async move {
+                let g = m.lock().await.unwrap();
+                order.lock().unwrap().push(i);
+                go.wait().await;
+                g.unlock().await.unwrap();
+            }));
+        }
+        let before = settle(&redis).await;
+        // Idle waiters cost nothing: no attempts while the holder keeps its lease.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(redis.calls("evalsha").await, before, "idle waiters polled");
+        guard.unlock().await.unwrap();
+        // Exactly one waiter wins; the rest stay asleep.
+        let after = settle(&redis).await;
+        // The release itself plus one acquire attempt.
+        assert_eq!(after - before, 2, "a release set off more than one retry");
+        assert_eq!(order.lock().unwrap().len(), 1);
+        // Let them all through, one release at a time.
+        for _ in 0..8 {
+            go.wait().await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(order.lock().unwrap().len(), 8);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn waiters_survive_a_lost_subscription() {
+    let mut redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .default_lease(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let holder = client.mutex("restart").unwrap().lock().await.unwrap();
+        let m = client.mutex("restart").unwrap();
+        let waiting = tokio::spawn(async move { m.lock_timeout(Duration::from_secs(30)).await });
+        subscribed(&redis, "restart").await;
+        // The server restarts empty: the holder's lock is gone, the subscription drops.
+        redis.server().restart();
+        holder.lost().await;
+        let got = waiting.await.unwrap().expect("the waiter got the lock after the restart");
+        assert!(got.is_held());
+        got.unlock().await.unwrap();
+    })
+    .await;
+}
