@@ -1,1 +1,450 @@
-fn main() {}
+//! The oversell demonstration and the contention figures.
+//!
+//! ```text
+//! cargo run --release --example contention            # starts its own redis-server
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example contention -- --json
+//! ```
+//!
+//! Buyers run check-then-decrement on a stock counter, first without a lock (some stock is
+//! sold twice), then under a `Mutex` (none is). Then it measures, against the same server and
+//! pool: uncontended lock+unlock cycles beside the raw script round trips, the hand-off latency
+//! from a release to a blocked waiter, and 16 tasks fighting over one name.
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use deadpool_redis::{Config, Pool, Runtime};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use redis::aio::MultiplexedConnection;
+use redlatch::LockClient;
+
+#[derive(Parser, Debug)]
+#[command(about = "redlatch under contention: oversell demo and lock figures")]
+struct Args {
+    /// Print one JSON object with every figure as the last line.
+    #[arg(long)]
+    json: bool,
+    /// Seconds for each throughput phase.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Hand-offs to sample.
+    #[arg(long, default_value_t = 1000)]
+    handoffs: u64,
+}
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[tokio::main]
+async fn main() -> AnyResult<()> {
+    let args = Args::parse();
+    let phase = Duration::from_secs_f64(args.seconds.max(0.5));
+    // Our own server unless REDIS_URL names one; on a shared server we only touch our prefix.
+    let (_server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = server::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let prefix = format!("redlatch-demo-{}", std::process::id());
+    let pool = || -> AnyResult<Pool> {
+        let mut config = Config::from_url(&url);
+        config.pool = Some(deadpool_redis::PoolConfig::new(64));
+        Ok(config.create_pool(Some(Runtime::Tokio1))?)
+    };
+    let main_pool = pool()?;
+    let client = LockClient::builder(main_pool.clone(), url.as_str())
+        .key_prefix(&prefix)
+        .build()?;
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+
+    let bar = ProgressBar::new(5);
+    bar.set_style(ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} {elapsed}")?);
+    bar.enable_steady_tick(Duration::from_millis(100));
+
+    bar.set_message("oversell without a lock");
+    let stock_key = format!("{prefix}:stock");
+    let oversold_unlocked = oversell(&mut conn, &stock_key, None).await?;
+    bar.inc(1);
+    bar.set_message("oversell under the mutex");
+    let mutex = client.mutex("stock")?;
+    let oversold_locked = oversell(&mut conn, &stock_key, Some(&mutex)).await?;
+    bar.inc(1);
+
+    bar.set_message("uncontended cycles, 32 tasks on distinct names, and raw scripts");
+    let raw_cycles_per_s = raw_cycles(&main_pool, &prefix, phase).await?;
+    let cycles_per_s = cycles(&client, phase).await?;
+    bar.inc(1);
+
+    bar.set_message("hand-off latency");
+    let waiter_client = LockClient::builder(pool()?, url.as_str())
+        .key_prefix(&prefix)
+        .build()?;
+    let handoff = handoff(&client, &waiter_client, args.handoffs).await?;
+    bar.inc(1);
+
+    bar.set_message("16 tasks on one name");
+    let before = commandstats(&mut conn).await?;
+    let contended = contended(&client, 16, phase).await?;
+    let after = commandstats(&mut conn).await?;
+    let requests_per_acq = client_requests(&before, &after) as f64 / contended.acquisitions as f64;
+    bar.inc(1);
+    bar.finish_and_clear();
+
+    cleanup(&mut conn, &prefix).await?;
+
+    println!("oversell, 32 buyers, stock 100:");
+    println!("  without a lock   {oversold_unlocked:>8} sold beyond the stock");
+    println!("  under the mutex  {oversold_locked:>8} sold beyond the stock");
+    println!("uncontended lock+unlock, 32 tasks on distinct names:");
+    println!("  redlatch         {cycles_per_s:>10.0} cycles/s");
+    println!(
+        "  raw EVALSHA x2   {raw_cycles_per_s:>10.0} cycles/s  (ratio {:.2})",
+        cycles_per_s / raw_cycles_per_s
+    );
+    println!(
+        "hand-off, release to a blocked waiter in another client ({} samples):",
+        handoff.len()
+    );
+    println!(
+        "  p50 {} µs   p99 {} µs   max {} µs",
+        handoff.value_at_quantile(0.5),
+        handoff.value_at_quantile(0.99),
+        handoff.max()
+    );
+    println!("16 tasks of one client looping on one name, empty critical section:");
+    println!("  {:.0} acquisitions/s", contended.per_s);
+    println!(
+        "  {:.1}% re-taken by the task that had just released it",
+        contended.retake_share * 100.0
+    );
+    println!("  longest wait {:.1} ms", contended.max_wait.as_secs_f64() * 1000.0);
+    println!("  Jain's fairness index {:.4}", contended.jain);
+    println!("  {requests_per_acq:.2} Redis requests per acquisition");
+
+    if args.json {
+        let json = serde_json::json!({
+            "oversold_unlocked": oversold_unlocked,
+            "oversold_locked": oversold_locked,
+            "cycles_per_s": cycles_per_s,
+            "raw_cycles_per_s": raw_cycles_per_s,
+            "cycles_ratio": cycles_per_s / raw_cycles_per_s,
+            "handoff_samples": handoff.len(),
+            "handoff_p50_us": handoff.value_at_quantile(0.5),
+            "handoff_p99_us": handoff.value_at_quantile(0.99),
+            "handoff_max_us": handoff.max(),
+            "contended_tasks": 16,
+            "contended_acq_per_s": contended.per_s,
+            "contended_retake_share": contended.retake_share,
+            "contended_max_wait_ms": contended.max_wait.as_secs_f64() * 1000.0,
+            "contended_jain": contended.jain,
+            "requests_per_acq": requests_per_acq,
+        });
+        println!("{json}");
+    }
+    Ok(())
+}
+
+/// 32 buyers check the stock, then decrement it. Returns how many were sold beyond the stock.
+async fn oversell(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    mutex: Option<&redlatch::Mutex>,
+) -> AnyResult<i64> {
+    const STOCK: i64 = 100;
+    let _: () = redis::cmd("SET").arg(key).arg(STOCK).query_async(conn).await?;
+    let sold = Arc::new(AtomicU64::new(0));
+    let mut buyers = Vec::new();
+    for _ in 0..32 {
+        let mut conn = conn.clone();
+        let key = key.to_owned();
+        let mutex = mutex.cloned();
+        let sold = Arc::clone(&sold);
+        buyers.push(tokio::spawn(async move {
+            loop {
+                let guard = match &mutex {
+                    Some(m) => Some(m.lock().await?),
+                    None => None,
+                };
+                let left: i64 = redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
+                if left <= 0 {
+                    break;
+                }
+                // The gap between check and act that a lock exists to close.
+                tokio::task::yield_now().await;
+                let _: i64 = redis::cmd("DECR").arg(&key).query_async(&mut conn).await?;
+                sold.fetch_add(1, Ordering::Relaxed);
+                if let Some(g) = guard {
+                    g.unlock().await?;
+                }
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    for b in buyers {
+        b.await??;
+    }
+    Ok(sold.load(Ordering::Relaxed) as i64 - STOCK)
+}
+
+type Cycle = std::pin::Pin<Box<dyn std::future::Future<Output = AnyResult<()>> + Send>>;
+
+/// Runs `tasks` loops of `cycle(task)` for `phase`; returns completed cycles per second.
+async fn per_second(
+    tasks: usize,
+    phase: Duration,
+    cycle: Arc<dyn Fn(usize) -> Cycle + Send + Sync>,
+) -> AnyResult<f64> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (stop, count, cycle) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&cycle));
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                cycle(task).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// 32 tasks, each on its own name: `lock()` then `unlock()`.
+async fn cycles(client: &LockClient, phase: Duration) -> AnyResult<f64> {
+    let mutexes: Vec<_> = (0..32)
+        .map(|i| client.mutex(&format!("cycle-{i}")))
+        .collect::<Result<_, _>>()?;
+    let mutexes = Arc::new(mutexes);
+    per_second(
+        32,
+        phase,
+        Arc::new(move |task| {
+            let m = mutexes[task].clone();
+            Box::pin(async move {
+                m.lock().await?.unlock().await?;
+                Ok(())
+            })
+        }),
+    )
+    .await
+}
+
+/// The physical reference: the same two scripts by EVALSHA over a connection from the same
+/// pool, with no library logic at all.
+async fn raw_cycles(pool: &Pool, prefix: &str, phase: Duration) -> AnyResult<f64> {
+    static ACQUIRE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(include_str!("../lua/v1/mutex_acquire.lua"))
+    });
+    static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(include_str!("../lua/v1/mutex_release.lua"))
+    });
+    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let prefix = prefix.to_owned();
+    per_second(
+        32,
+        phase,
+        Arc::new(move |task| {
+            let mut conn = conn.clone();
+            let lock = format!("{prefix}:{{raw-{task}}}");
+            let fence = format!("{lock}:fence");
+            let wake = format!("{lock}:wake");
+            Box::pin(async move {
+                let owner = uuid::Uuid::new_v4().simple().to_string();
+                let _: redis::Value = ACQUIRE
+                    .key(&lock)
+                    .key(&fence)
+                    .arg(&owner)
+                    .arg(30_000)
+                    .arg(60_000)
+                    .invoke_async(&mut conn)
+                    .await?;
+                let _: redis::Value = RELEASE
+                    .key(&lock)
+                    .arg(&owner)
+                    .arg(&wake)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(())
+            })
+        }),
+    )
+    .await
+}
+
+/// One holder and one waiter, in two clients, taking turns. The holder waits until the other
+/// task is inside `lock()`, holds a few random milliseconds more, and releases; the sample is
+/// the time from the start of its `unlock()` to the waiter's `lock()` returning. The releaser
+/// calls `lock()` again only after the other task has the lock, so every sample is a hand-off
+/// to a different, already blocked task.
+async fn handoff(a: &LockClient, b: &LockClient, samples: u64) -> AnyResult<Histogram<u64>> {
+    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3)?));
+    let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (id, client) in [a, b].into_iter().enumerate() {
+        let mutex = client.mutex("handoff")?;
+        let (hist, waiting, released, done) = (
+            Arc::clone(&hist),
+            Arc::clone(&waiting),
+            Arc::clone(&released),
+            Arc::clone(&done),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                waiting[id].store(true, Ordering::SeqCst);
+                let guard = mutex.lock().await?;
+                let acquired = Instant::now();
+                waiting[id].store(false, Ordering::SeqCst);
+                let previous = released.lock().map_err(|_| "poisoned")?.take();
+                if let Some((by, at)) = previous
+                    && by != id
+                {
+                    let mut h = hist.lock().map_err(|_| "poisoned")?;
+                    h.record((acquired - at).as_micros() as u64)?;
+                    if h.len() >= samples {
+                        done.store(true, Ordering::SeqCst);
+                    }
+                }
+                if done.load(Ordering::SeqCst) {
+                    guard.unlock().await?;
+                    return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(());
+                }
+                while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..5_000))).await;
+                *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
+                guard.unlock().await?;
+                // Queue again only once the other task has the lock: each round is one holder
+                // and one waiter already blocked.
+                while released.lock().map_err(|_| "poisoned")?.is_some()
+                    && !done.load(Ordering::SeqCst)
+                {
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let h = hist.lock().map_err(|_| "poisoned")?.clone();
+    Ok(h)
+}
+
+struct Contended {
+    acquisitions: u64,
+    per_s: f64,
+    retake_share: f64,
+    max_wait: Duration,
+    jain: f64,
+}
+
+/// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section.
+async fn contended(client: &LockClient, tasks: usize, phase: Duration) -> AnyResult<Contended> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(std::sync::Mutex::new(usize::MAX));
+    let retakes = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for id in 0..tasks {
+        let mutex = client.mutex("contended")?;
+        let (stop, last, retakes) = (Arc::clone(&stop), Arc::clone(&last), Arc::clone(&retakes));
+        handles.push(tokio::spawn(async move {
+            let (mut count, mut max_wait) = (0u64, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                let guard = mutex.lock().await?;
+                max_wait = max_wait.max(asked.elapsed());
+                count += 1;
+                {
+                    let mut last = last.lock().map_err(|_| "poisoned")?;
+                    if *last == id {
+                        retakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *last = id;
+                }
+                guard.unlock().await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((count, max_wait))
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let mut counts = Vec::new();
+    let mut max_wait = Duration::ZERO;
+    for h in handles {
+        let (count, wait) = h.await??;
+        counts.push(count as f64);
+        max_wait = max_wait.max(wait);
+    }
+    let total: f64 = counts.iter().sum();
+    let squares: f64 = counts.iter().map(|c| c * c).sum();
+    Ok(Contended {
+        acquisitions: total as u64,
+        per_s: total / elapsed.as_secs_f64(),
+        retake_share: retakes.load(Ordering::Relaxed) as f64 / total.max(1.0),
+        max_wait,
+        jain: total * total / (counts.len() as f64 * squares.max(1.0)),
+    })
+}
+
+/// `INFO commandstats` as command → calls.
+async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
+
+/// Requests that clients sent between two snapshots: every command except those our scripts
+/// run internally (Redis counts those as calls too) and the INFO of the measurement itself.
+fn client_requests(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
+    const INSIDE_SCRIPTS: &[&str] = &[
+        "type", "hget", "hset", "hexists", "hincrby", "pexpire", "pttl", "time", "get", "set",
+        "del", "publish", "info",
+    ];
+    after
+        .iter()
+        .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
+        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Deletes every key under the demo's prefix.
+async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(conn)
+        .await?;
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL").arg(keys).query_async(conn).await?;
+    }
+    Ok(())
+}
