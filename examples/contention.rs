@@ -69,7 +69,9 @@ async fn main() -> AnyResult<()> {
         .await?;
 
     let bar = ProgressBar::new(5);
-    bar.set_style(ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} {elapsed}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{pos}/{len}] {msg} {elapsed}",
+    )?);
     bar.enable_steady_tick(Duration::from_millis(100));
 
     bar.set_message("oversell without a lock");
@@ -128,7 +130,10 @@ async fn main() -> AnyResult<()> {
         "  {:.1}% re-taken by the task that had just released it",
         contended.retake_share * 100.0
     );
-    println!("  longest wait {:.1} ms", contended.max_wait.as_secs_f64() * 1000.0);
+    println!(
+        "  longest wait {:.1} ms",
+        contended.max_wait.as_secs_f64() * 1000.0
+    );
     println!("  Jain's fairness index {:.4}", contended.jain);
     println!("  {requests_per_acq:.2} Redis requests per acquisition");
 
@@ -162,7 +167,11 @@ async fn oversell(
     mutex: Option<&redlatch::Mutex>,
 ) -> AnyResult<i64> {
     const STOCK: i64 = 100;
-    let _: () = redis::cmd("SET").arg(key).arg(STOCK).query_async(conn).await?;
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(STOCK)
+        .query_async(conn)
+        .await?;
     let sold = Arc::new(AtomicU64::new(0));
     let mut buyers = Vec::new();
     for _ in 0..32 {
@@ -411,13 +420,21 @@ async fn contended(client: &LockClient, tasks: usize, phase: Duration) -> AnyRes
 
 /// `INFO commandstats` as command → calls.
 async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
     Ok(info
         .lines()
         .filter_map(|l| {
             let rest = l.strip_prefix("cmdstat_")?;
             let (name, stats) = rest.split_once(':')?;
-            let calls = stats.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_owned(), calls))
         })
         .collect())

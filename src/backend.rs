@@ -26,7 +26,9 @@ pub(crate) struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("pool", &self.pool.status()).finish()
+        f.debug_struct("Node")
+            .field("pool", &self.pool.status())
+            .finish()
     }
 }
 
@@ -70,11 +72,11 @@ impl Node {
         match invocation.invoke_async(&mut conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                if err.is_unrecoverable_error() || err.is_connection_dropped() || err.is_io_error()
-                {
-                    if let Ok(mut slot) = self.conn.lock() {
-                        slot.take();
-                    }
+                let broken = err.is_unrecoverable_error()
+                    || err.is_connection_dropped()
+                    || err.is_io_error();
+                if broken && let Ok(mut slot) = self.conn.lock() {
+                    slot.take();
                 }
                 Err(err.into())
             }

@@ -97,7 +97,10 @@ mod tests {
         let mut last_ceiling = Duration::ZERO;
         for _ in 0..20 {
             let d = b.next_delay();
-            assert!(d >= config.backoff_min / 2 && d <= config.backoff_max, "{d:?}");
+            assert!(
+                d >= config.backoff_min / 2 && d <= config.backoff_max,
+                "{d:?}"
+            );
             assert!(b.ceiling >= last_ceiling);
             last_ceiling = b.ceiling;
         }

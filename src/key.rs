@@ -20,7 +20,10 @@ fn check(what: &'static str, value: &str, max: usize) -> Result<()> {
             format!("is {} bytes long, the limit is {max}", value.len()),
         ));
     }
-    if let Some(c) = value.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
+    if let Some(c) = value
+        .chars()
+        .find(|c| matches!(c, '{' | '}') || c.is_control())
+    {
         return Err(Error::invalid(
             what,
             format!("must not contain {c:?} (braces form the cluster hash tag)"),

@@ -75,7 +75,8 @@ impl Hold {
 
     /// Marks the hold lost. It never becomes held again.
     pub(crate) fn mark_lost(&self) {
-        self.lost.send_if_modified(|lost| !std::mem::replace(lost, true));
+        self.lost
+            .send_if_modified(|lost| !std::mem::replace(lost, true));
     }
 
     pub(crate) fn lost_signal(&self) -> watch::Receiver<bool> {
@@ -122,10 +123,7 @@ impl Tasks {
         tokio::spawn(watchdog_task(Arc::clone(&node), rx));
         let (releases, rx) = mpsc::unbounded_channel();
         tokio::spawn(release_task(node, rx));
-        Self {
-            watchdog,
-            releases,
-        }
+        Self { watchdog, releases }
     }
 }
 
@@ -234,7 +232,9 @@ async fn renew_due(node: &Node, entries: &mut HashMap<u64, Entry>) {
             .map(|h| h.expires_at())
             .min()
             .unwrap_or(sent_at);
-        let limit = limit.saturating_duration_since(sent_at).max(Duration::from_millis(1));
+        let limit = limit
+            .saturating_duration_since(sent_at)
+            .max(Duration::from_millis(1));
         let outcome = tokio::time::timeout(limit, extend(node, chunk)).await;
         match outcome {
             Ok(Ok(results)) => {
@@ -262,7 +262,8 @@ fn retry_later(entries: &mut HashMap<u64, Entry>, chunk: &[Arc<Hold>], why: &str
     let now = Instant::now();
     for hold in chunk {
         if let Some(e) = entries.get_mut(&hold.id) {
-            let retry = (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
+            let retry =
+                (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
             e.next_renew = Some(now + retry);
         }
     }

@@ -583,7 +583,10 @@ fn extend_statuses(raw: redis::Value, expected: usize) -> Result<Vec<i64>> {
         return Err(bad(format!("expected an array, got {raw:?}")));
     };
     if items.len() != expected {
-        return Err(bad(format!("expected {expected} results, got {}", items.len())));
+        return Err(bad(format!(
+            "expected {expected} results, got {}",
+            items.len()
+        )));
     }
     items
         .iter()

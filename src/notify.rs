@@ -235,13 +235,10 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut q = self.channel.queue();
-        let was_front = q
-            .slots
-            .front()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.slot));
+        let was_front = q.slots.front().is_some_and(|s| Arc::ptr_eq(s, &self.slot));
         q.slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        let unused_wake = self.slot.pending.load(Ordering::Acquire)
-            || self.consumed.load(Ordering::Acquire);
+        let unused_wake =
+            self.slot.pending.load(Ordering::Acquire) || self.consumed.load(Ordering::Acquire);
         if unused_wake {
             q.wake(1);
         } else if was_front && let Some(front) = q.slots.front() {

@@ -106,7 +106,11 @@ where
             Some(w.holder_deadline().map_or(poll, |d| poll.min(d.max(now))))
         } else if w.is_front() {
             let jitter = config.backoff_min.mul_f64(fastrand::f64());
-            Some(w.holder_deadline().unwrap_or_else(|| now + backoff.next_delay()) + jitter)
+            Some(
+                w.holder_deadline()
+                    .unwrap_or_else(|| now + backoff.next_delay())
+                    + jitter,
+            )
         } else {
             None
         };

@@ -52,7 +52,10 @@ async fn hundreds_of_cancelled_acquires_leave_the_lock_free_and_redis_clean() {
             if left.is_empty() {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "left behind: {left:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "left behind: {left:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })

@@ -86,7 +86,11 @@ async fn contended_increments(depth: usize) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(redis.leftovers().await.is_empty(), "{:?}", redis.leftovers().await);
+    assert!(
+        redis.leftovers().await.is_empty(),
+        "{:?}",
+        redis.leftovers().await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,9 +25,25 @@ async fn watchdog_keeps_a_guard_held_for_ten_leases() {
             _ = ten_leases => {}
         }
         assert!(guard.is_held());
-        assert!(other.mutex("long").unwrap().try_lock().await.unwrap().is_none());
+        assert!(
+            other
+                .mutex("long")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         guard.unlock().await.unwrap();
-        assert!(other.mutex("long").unwrap().try_lock().await.unwrap().is_some());
+        assert!(
+            other
+                .mutex("long")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_some()
+        );
     })
     .await;
 }
@@ -107,7 +123,15 @@ async fn a_fixed_lease_is_not_renewed() {
         guard.extend(Duration::from_secs(30)).await.unwrap();
         tokio::time::sleep(LEASE * 3).await;
         assert!(guard.is_held());
-        assert!(client.mutex("fixed").unwrap().try_lock().await.unwrap().is_none());
+        assert!(
+            client
+                .mutex("fixed")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         guard.unlock().await.unwrap();
     })
     .await;
@@ -125,7 +149,15 @@ async fn watchdog_off_makes_the_default_lease_fixed() {
             .unwrap();
         let guard = client.mutex("nowatch").unwrap().lock().await.unwrap();
         guard.lost().await;
-        assert!(client.mutex("nowatch").unwrap().try_lock().await.unwrap().is_some());
+        assert!(
+            client
+                .mutex("nowatch")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_some()
+        );
     })
     .await;
 }

@@ -21,7 +21,13 @@ async fn lock_excludes_and_unlock_frees() {
         // Another owner in the same client is refused too: ownership is per acquisition.
         assert!(a.mutex("m").unwrap().try_lock().await.unwrap().is_none());
         guard.unlock().await.unwrap();
-        let again = b.mutex("m").unwrap().try_lock().await.unwrap().expect("free");
+        let again = b
+            .mutex("m")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("free");
         again.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
     })
@@ -49,9 +55,25 @@ async fn reenter_counts_holds_and_frees_only_at_zero() {
         assert_eq!(holds, 3);
         // Released out of order: the lock stays held until the last one.
         outer.unlock().await.unwrap();
-        assert!(other.mutex("re").unwrap().try_lock().await.unwrap().is_none());
+        assert!(
+            other
+                .mutex("re")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         inner.unlock().await.unwrap();
-        assert!(other.mutex("re").unwrap().try_lock().await.unwrap().is_none());
+        assert!(
+            other
+                .mutex("re")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         middle.unlock().await.unwrap();
         let free = other.mutex("re").unwrap().try_lock().await.unwrap();
         assert!(free.is_some());
@@ -69,16 +91,35 @@ async fn lock_as_reenters_across_processes() {
         // The token travels as a string, as it would in a header.
         let header = guard.owner().to_string();
         let owner: OwnerToken = header.parse().unwrap();
-        let remote = there.mutex("carried").unwrap().lock_as(&owner).await.unwrap();
+        let remote = there
+            .mutex("carried")
+            .unwrap()
+            .lock_as(&owner)
+            .await
+            .unwrap();
         assert_eq!(remote.fencing_token(), guard.fencing_token());
         guard.unlock().await.unwrap();
         // Still held through the remote hold.
-        assert!(there.mutex("carried").unwrap().try_lock().await.unwrap().is_none());
+        assert!(
+            there
+                .mutex("carried")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         remote.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
         // A token that holds nothing simply acquires as that owner.
         let fresh = OwnerToken::new();
-        let g = there.mutex("carried").unwrap().try_lock_as(&fresh).await.unwrap().unwrap();
+        let g = there
+            .mutex("carried")
+            .unwrap()
+            .try_lock_as(&fresh)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(g.owner(), &fresh);
     })
     .await;
@@ -120,7 +161,10 @@ async fn non_owner_release_and_extend_are_refused_and_change_nothing() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(pttl <= 30_000, "a refused extend must not lengthen the lease ({pttl})");
+        assert!(
+            pttl <= 30_000,
+            "a refused extend must not lengthen the lease ({pttl})"
+        );
         assert!(current.is_held());
         current.unlock().await.unwrap();
     })
@@ -165,7 +209,10 @@ async fn fencing_tokens_rise_across_acquisitions_and_expiry() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(ttl > 0 && ttl <= redlatch::FENCE_TTL.as_millis() as i64, "{ttl}");
+        assert!(
+            ttl > 0 && ttl <= redlatch::FENCE_TTL.as_millis() as i64,
+            "{ttl}"
+        );
     })
     .await;
 }
@@ -200,7 +247,10 @@ async fn bad_input_is_a_typed_error() {
             ));
         }
         let long = "n".repeat(redlatch::MAX_NAME_LEN + 1);
-        assert!(matches!(client.mutex(&long), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(
+            client.mutex(&long),
+            Err(Error::InvalidArgument { .. })
+        ));
         let m = client.mutex("ok").unwrap();
         for lease in [Duration::ZERO, Duration::from_millis(1)] {
             assert!(matches!(
@@ -239,5 +289,11 @@ fn building_outside_a_runtime_is_an_error_not_a_panic() {
         .build()
         .unwrap();
     let err = redlatch::LockClient::new(pool, "redis://127.0.0.1:1").unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { what: "runtime", .. }));
+    assert!(matches!(
+        err,
+        Error::InvalidArgument {
+            what: "runtime",
+            ..
+        }
+    ));
 }

@@ -58,7 +58,12 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let err = client.mutex("foreign").unwrap().try_lock().await.unwrap_err();
+        let err = client
+            .mutex("foreign")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, Error::WrongType { key: k, found } if *k == key && found == "string"),
             "{err:?}"
@@ -70,7 +75,11 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
-        let value: String = redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap();
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(value, "someone else's");
 
         // A hash without our layout tag (another library's lock, say).
@@ -82,7 +91,12 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let err = client.mutex("otherhash").unwrap().try_lock().await.unwrap_err();
+        let err = client
+            .mutex("otherhash")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, Error::Layout { found, expected: "mutex:1", .. } if found.is_empty()),
             "{err:?}"
@@ -97,8 +111,16 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let err = client.mutex("future").unwrap().try_lock().await.unwrap_err();
-        assert!(matches!(&err, Error::Layout { found, .. } if found == "mutex:2"), "{err:?}");
+        let err = client
+            .mutex("future")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Layout { found, .. } if found == "mutex:2"),
+            "{err:?}"
+        );
 
         // A fencing counter that is not a number.
         let fence = format!("{}:fence", redis.lock_key("badfence"));
@@ -108,8 +130,16 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let err = client.mutex("badfence").unwrap().try_lock().await.unwrap_err();
-        assert!(matches!(&err, Error::WrongType { key, .. } if *key == fence), "{err:?}");
+        let err = client
+            .mutex("badfence")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::WrongType { key, .. } if *key == fence),
+            "{err:?}"
+        );
         // Nothing was created by the refused attempt.
         let exists: u64 = redis::cmd("EXISTS")
             .arg(redis.lock_key("badfence"))

@@ -74,7 +74,15 @@ async fn one_release_wakes_one_local_waiter_and_waiters_do_not_poll() {
         let holder = redis.client();
         let client = redis.client();
         // Load the scripts first, so each call below is one EVALSHA.
-        holder.mutex("herd").unwrap().lock().await.unwrap().unlock().await.unwrap();
+        holder
+            .mutex("herd")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
         let guard = holder.mutex("herd").unwrap().lock().await.unwrap();
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let go = Arc::new(Barrier::new(2));
@@ -128,7 +136,10 @@ async fn waiters_survive_a_lost_subscription() {
         // The server restarts empty: the holder's lock is gone, the subscription drops.
         redis.server().restart();
         holder.lost().await;
-        let got = waiting.await.unwrap().expect("the waiter got the lock after the restart");
+        let got = waiting
+            .await
+            .unwrap()
+            .expect("the waiter got the lock after the restart");
         assert!(got.is_held());
         got.unlock().await.unwrap();
     })

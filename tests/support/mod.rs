@@ -43,7 +43,9 @@ impl TestRedis {
     }
 
     pub fn server(&mut self) -> &mut RedisServer {
-        self.server.as_mut().expect("this test needs its own server")
+        self.server
+            .as_mut()
+            .expect("this test needs its own server")
     }
 
     pub fn pool(&self) -> Pool {

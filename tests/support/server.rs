@@ -96,7 +96,10 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.kill();
-        Err(format!("redis-server on port {} did not answer PING", self.port))
+        Err(format!(
+            "redis-server on port {} did not answer PING",
+            self.port
+        ))
     }
 
     /// The server's port.
