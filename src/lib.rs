@@ -48,7 +48,7 @@
 //! Rust 1.88. Raising it is not a breaking change.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod backend;
 mod client;
