@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::backend::Node;
 use crate::key::LockKeys;
+use crate::wait::sleep_until;
 
 /// The most keys one renewal script call carries.
 pub(crate) const BATCH: usize = 256;
@@ -197,13 +198,6 @@ async fn watchdog_task(node: Arc<Node>, mut commands: mpsc::UnboundedReceiver<Co
             },
             _ = sleep_until(wake_at) => renew_due(&node, &mut entries).await,
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -132,7 +132,8 @@ where
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+/// Sleeps until `at`, or for ever when there is no `at`.
+pub(crate) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
