@@ -175,27 +175,18 @@ async fn a_crashed_holder_frees_the_lock_after_its_lease() {
     within(LIMIT, async {
         let waiter = redis.client();
         // The holder "crashes": its client and runtime go away without releasing.
-        let url = redis.url.clone();
-        let prefix = redis.prefix.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async {
-                let pool = deadpool_redis::Config::from_url(&url)
-                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-                    .unwrap();
-                let client = redlatch::LockClient::builder(pool, url.as_str())
-                    .key_prefix(prefix)
-                    .default_lease(LEASE)
-                    .build()
-                    .unwrap();
-                let guard = client.mutex("crash").unwrap().lock().await.unwrap();
-                // Never dropped: no release is queued, as in a crash.
-                let _ = Box::leak(Box::new(guard));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(async {
+                    let client = redis.builder().default_lease(LEASE).build().unwrap();
+                    let guard = client.mutex("crash").unwrap().lock().await.unwrap();
+                    // Never dropped: no release is queued, as in a crash.
+                    let _ = Box::leak(Box::new(guard));
+                });
+                // Dropping the runtime kills the watchdog without any release.
             });
-            // Dropping the runtime kills the watchdog without any release.
-        })
-        .join()
-        .unwrap();
+        });
         let guard = waiter
             .mutex("crash")
             .unwrap()
