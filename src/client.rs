@@ -10,9 +10,13 @@ use tokio::sync::watch;
 use crate::backend::Node;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::fair::FairMutex;
+use crate::inspect::Snapshot;
 use crate::lease::Tasks;
 use crate::mutex::Mutex;
 use crate::notify::Notifier;
+use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
 
 /// The entry point: a cheap, cloneable handle to one Redis server and the background work that
 /// serves every lock made from it.
@@ -134,6 +138,79 @@ impl LockClient {
         Mutex::new(self.clone(), name)
     }
 
+    /// A handle to the fair (FIFO) mutex called `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Self::mutex).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let turn = client.fair_mutex("printer")?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        FairMutex::new(self.clone(), name)
+    }
+
+    /// A handle to the counting semaphore called `name`, with `permits` permits. Every client
+    /// using one name must agree on the number while it is in use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `permits` is zero, and as [`mutex`](Self::mutex) for the
+    /// name.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let permit = client.semaphore("renderers", 4)?.acquire().await?;
+    /// assert!(client.semaphore("renderers", 0).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name, permits)
+    }
+
+    /// A handle to the read-write lock called `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Self::mutex).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let reader = client.rwlock("config")?.read().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        RwLock::new(self.clone(), name)
+    }
+
+    /// Reads the state of `name`, whatever primitive it is in use as: holders with their hold
+    /// counts and remaining lease, queued waiters, permits, and the last fencing token. One
+    /// script call, so the snapshot is consistent; it changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] or [`Error::Layout`] if
+    /// the keys hold data redlatch does not understand, and connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let snapshot = client.inspect("printer").await?;
+    /// if snapshot.kind.is_none() {
+    ///     println!("nothing stored: free");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<Snapshot> {
+        crate::inspect::inspect(self, name).await
+    }
+
     /// The prefix of every key this client writes.
     ///
     /// ```no_run
@@ -187,6 +264,26 @@ impl LockClientBuilder {
     /// lock for exactly its lease unless it calls [`extend`](crate::MutexGuard::extend).
     pub fn watchdog(mut self, on: bool) -> Self {
         self.config.watchdog = on;
+        self
+    }
+
+    /// How long a waiter's place in a fair mutex, semaphore or read-write lock queue lasts
+    /// without a heartbeat. The watchdog renews the places of this client's live waiters every
+    /// third of it, in the same batched calls as the leases; a waiter whose process died or hung
+    /// is evicted this long after its last renewal, so it holds up the queue at most that long.
+    /// Default: the default lease (30 s).
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .waiter_timeout(Duration::from_secs(5))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.config.waiter_timeout = Some(timeout);
         self
     }
 

@@ -21,6 +21,8 @@ pub(crate) struct Config {
     pub(crate) watchdog: bool,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    /// How long a queued waiter's place lasts without a heartbeat (`None`: the default lease).
+    pub(crate) waiter_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             watchdog: true,
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
+            waiter_timeout: None,
         }
     }
 }
@@ -47,9 +50,23 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
 }
 
 impl Config {
+    /// How long a waiter's place in a Redis queue lasts without a heartbeat before any other
+    /// client may evict it.
+    pub(crate) fn waiter_timeout(&self) -> Duration {
+        self.waiter_timeout.unwrap_or(self.lease)
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         crate::key::check_prefix(&self.prefix)?;
         lease_ms(self.lease)?;
+        if let Some(t) = self.waiter_timeout {
+            lease_ms(t).map_err(|_| {
+                Error::invalid(
+                    "waiter timeout",
+                    format!("{t:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"),
+                )
+            })?;
+        }
         if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
             return Err(Error::invalid(
                 "backoff",

@@ -29,7 +29,7 @@ pub enum Error {
         reason: String,
     },
     /// The wait for the lock ran past its deadline.
-    #[error("timed out after {waited:?} waiting for the lock")]
+    #[error("timed out after {waited:?} waiting to acquire")]
     Timeout {
         /// How long the caller asked to wait.
         waited: Duration,
@@ -38,6 +38,26 @@ pub enum Error {
     /// another owner holds it now. Nothing was changed in Redis.
     #[error("lock `{name}` is not held by this owner (lease lost or already released)")]
     NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+    /// Clients disagree on a semaphore's capacity: the name is in use (held or waited on) with
+    /// another capacity. Nothing was changed.
+    #[error("semaphore `{name}` is in use with capacity {theirs}, this handle says {ours}")]
+    CapacityMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The capacity this handle was made with.
+        ours: u32,
+        /// The capacity stored in Redis.
+        theirs: u32,
+    },
+    /// A reader asked for the write lock while holding a read lock. Upgrading would deadlock
+    /// against another reader doing the same, so it is refused; release the read hold first.
+    #[error(
+        "read-write lock `{name}`: this owner holds a read lock and cannot upgrade it to write"
+    )]
+    Upgrade {
         /// The lock's name.
         name: String,
     },

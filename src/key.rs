@@ -39,12 +39,17 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// The keys and channel of one named lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The lock itself: `<prefix>:{<name>}`.
+    /// The lock hash (mutex) or meta hash (queued primitives): `<prefix>:{<name>}`.
     pub(crate) lock: String,
     /// The fencing counter: `<prefix>:{<name>}:fence`.
     pub(crate) fence: String,
     /// The wake-up channel: `<prefix>:{<name>}:wake`.
     pub(crate) wake: String,
+    /// Queued primitives: holder leases `…:holders`, waiter order `…:queue`, waiter
+    /// deadlines `…:timeouts`.
+    pub(crate) holders: String,
+    pub(crate) queue: String,
+    pub(crate) timeouts: String,
 }
 
 impl LockKeys {
@@ -55,8 +60,16 @@ impl LockKeys {
         Ok(Self {
             fence: format!("{lock}:fence"),
             wake: format!("{lock}:wake"),
+            holders: format!("{lock}:holders"),
+            queue: format!("{lock}:queue"),
+            timeouts: format!("{lock}:timeouts"),
             lock,
         })
+    }
+
+    /// The keys every queue script takes first, in order (see `lua/v1/queue_lib.lua`).
+    pub(crate) fn queued(&self) -> [&str; 4] {
+        [&self.lock, &self.holders, &self.queue, &self.timeouts]
     }
 }
 
@@ -70,6 +83,10 @@ mod tests {
         assert_eq!(k.lock, "redlatch:{orders:42}");
         assert_eq!(k.fence, "redlatch:{orders:42}:fence");
         assert_eq!(k.wake, "redlatch:{orders:42}:wake");
+        assert_eq!(k.queue, "redlatch:{orders:42}:queue");
+        for key in k.queued() {
+            assert!(key.starts_with("redlatch:{orders:42}"));
+        }
     }
 
     #[test]

@@ -16,7 +16,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::backend::Node;
+use crate::client::LockClient;
+use crate::config::lease_ms;
+use crate::error::{Error, Result};
 use crate::key::LockKeys;
+use crate::scripts::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT, foreign};
+use crate::token::OwnerToken;
 use crate::wait::sleep_until;
 
 /// The most keys one renewal script call carries.
@@ -25,9 +30,66 @@ pub(crate) const BATCH: usize = 256;
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Which primitive a hold belongs to, and so which scripts renew and release it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// A plain [`Mutex`](crate::Mutex) hold: the `mutex_*` scripts.
     Mutex,
+    /// A hold, or a waiter's place in the queue, of a primitive run by the `queue_*` scripts.
+    Queued(Family, Op),
+}
+
+impl Kind {
+    /// The layout tag the kind's scripts read and write.
+    pub(crate) fn layout(self) -> &'static str {
+        match self {
+            Self::Mutex => MUTEX_LAYOUT,
+            Self::Queued(family, _) => family.layout(),
+        }
+    }
+}
+
+/// The primitives the queue scripts run; each stores its own layout tag, so one name cannot be
+/// used as two kinds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Fair,
+    Semaphore,
+    RwLock,
+}
+
+impl Family {
+    pub(crate) fn layout(self) -> &'static str {
+        match self {
+            Self::Fair => FAIR_LAYOUT,
+            Self::Semaphore => SEMAPHORE_LAYOUT,
+            Self::RwLock => RWLOCK_LAYOUT,
+        }
+    }
+}
+
+/// What a queued hold is: the `op` argument of the queue scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// The fair mutex's only mode.
+    Exclusive,
+    Read,
+    Write,
+    /// One permit id holding one or more permits.
+    Permits,
+    /// Not a hold: a waiter's place in the queue, kept alive by the watchdog.
+    Waiting,
+}
+
+impl Op {
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Self::Exclusive => "x",
+            Self::Read => "r",
+            Self::Write => "w",
+            Self::Permits => "s",
+            Self::Waiting => "q",
+        }
+    }
 }
 
 /// One hold of a lock, shared by its guard and the background tasks.
@@ -229,11 +291,16 @@ async fn renew_due(node: &Node, entries: &mut HashMap<u64, Entry>) {
         let limit = limit
             .saturating_duration_since(sent_at)
             .max(Duration::from_millis(1));
-        let outcome = tokio::time::timeout(limit, extend(node, chunk)).await;
+        let items: Vec<(&Hold, u64)> = chunk.iter().map(|h| (&**h, ms(h.lease))).collect();
+        let outcome = tokio::time::timeout(limit, extend(node, &items)).await;
         match outcome {
             Ok(Ok(results)) => {
-                for (hold, renewed) in chunk.iter().zip(results) {
-                    if renewed {
+                for (hold, status) in chunk.iter().zip(results) {
+                    if status < 0 {
+                        let err = foreign(&hold.keys.lock, status, hold.kind.layout());
+                        tracing::warn!(lock = %hold.name, error = %err, "lease renewal refused");
+                    }
+                    if status == 1 {
                         hold.confirm(sent_at, hold.lease);
                         if let Some(e) = entries.get_mut(&hold.id) {
                             e.next_renew = Some(sent_at + interval(hold));
@@ -274,6 +341,10 @@ async fn release_task(node: Arc<Node>, mut jobs: mpsc::UnboundedReceiver<Arc<Hol
                         tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
                         tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
                     }
+                    Err(Error::NotHeld { .. }) => {
+                        tracing::debug!(lock = %hold.name, "nothing to release: the hold or queue place was already gone");
+                        return;
+                    }
                     Err(err) => {
                         tracing::warn!(lock = %hold.name, error = %err, "background release failed; the lease will run out");
                         return;
@@ -284,18 +355,102 @@ async fn release_task(node: Arc<Node>, mut jobs: mpsc::UnboundedReceiver<Arc<Hol
     }
 }
 
-/// Releases one hold of `hold.owner` with the script of its kind.
-pub(crate) async fn release(node: &Node, hold: &Hold) -> crate::Result<()> {
+/// Releases one hold of `hold.owner` (or its place in a queue) with the script of its kind.
+pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
     match hold.kind {
         Kind::Mutex => crate::mutex::release(node, hold).await,
+        Kind::Queued(..) => crate::queue::release(node, hold).await,
     }
 }
 
-/// Renews a batch of holds; one flag per hold, false when it is lost.
-async fn extend(node: &Node, holds: &[Arc<Hold>]) -> crate::Result<Vec<bool>> {
-    // Every hold is a mutex hold today; a primitive with other scripts adds its arm here and
-    // the batches get grouped by kind.
-    crate::mutex::extend_batch(node, holds).await
+/// Renews holds, each to at least its given lease in ms, one script call per kind of script.
+/// One status per item: `1` renewed, `0` not held any more, negative for foreign data.
+pub(crate) async fn extend(node: &Node, items: &[(&Hold, u64)]) -> Result<Vec<i64>> {
+    let (mutex, queued): (Vec<usize>, Vec<usize>) =
+        (0..items.len()).partition(|&i| items[i].0.kind == Kind::Mutex);
+    let mut out = vec![0; items.len()];
+    for (group, is_mutex) in [(mutex, true), (queued, false)] {
+        if group.is_empty() {
+            continue;
+        }
+        let part: Vec<(&Hold, u64)> = group.iter().map(|&i| items[i]).collect();
+        let statuses = if is_mutex {
+            crate::mutex::extend_batch(node, &part).await?
+        } else {
+            crate::queue::extend_batch(node, &part).await?
+        };
+        for (i, status) in group.into_iter().zip(statuses) {
+            out[i] = status;
+        }
+    }
+    Ok(out)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What every guard carries: its client, owner, fencing token and lease. The public guards wrap
+/// it and add what is particular to their primitive.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) client: LockClient,
+    pub(crate) owner: OwnerToken,
+    pub(crate) fence: u64,
+    pub(crate) lease: Lease,
+}
+
+impl Held {
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        self.lease.hold()
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        let hold = self.hold();
+        !hold.is_lost() && Instant::now() < hold.expires_at()
+    }
+
+    pub(crate) fn lost(&self) -> Lost {
+        Lost::new(self.hold())
+    }
+
+    pub(crate) fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.hold().name.to_string(),
+        }
+    }
+
+    /// Makes the remaining lease at least `lease` from now.
+    pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
+        let ms = lease_ms(lease)?;
+        let hold = self.hold();
+        if hold.is_lost() {
+            return Err(self.not_held());
+        }
+        let sent_at = Instant::now();
+        let status = extend(&self.client.inner.node, &[(hold, ms)])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        match status {
+            1 => {
+                hold.confirm(sent_at, lease);
+                Ok(())
+            }
+            0 => {
+                hold.mark_lost();
+                Err(self.not_held())
+            }
+            status => Err(foreign(&hold.keys.lock, status, hold.kind.layout())),
+        }
+    }
+
+    /// Releases this hold now, instead of in the background on drop.
+    pub(crate) async fn release(self) -> Result<()> {
+        let Self { client, lease, .. } = self;
+        let hold = lease.disarm();
+        release(&client.inner.node, &hold).await
+    }
 }
 
 /// A future that completes when a guard's lease is known lost. Made by a guard's `lost()`; it

@@ -54,20 +54,29 @@ mod backend;
 mod client;
 mod config;
 mod error;
+mod fair;
+mod inspect;
 mod key;
 mod lease;
 mod mutex;
 mod notify;
+mod queue;
+mod rwlock;
 mod scripts;
+mod semaphore;
 mod token;
 mod wait;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
+pub use fair::FairMutex;
+pub use inspect::{HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use lease::Lost;
 pub use mutex::{Mutex, MutexGuard};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermit};
 pub use token::OwnerToken;
 
 /// The `deadpool-redis` this crate is built against, so the pool you pass matches.

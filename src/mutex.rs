@@ -11,11 +11,12 @@ use crate::backend::Node;
 use crate::client::LockClient;
 use crate::config::{FENCE_TTL, lease_ms};
 use crate::error::{Error, Result};
+use crate::fair::FairMutex;
 use crate::key::LockKeys;
-use crate::lease::{Hold, Kind, Lease, Lost};
-use crate::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_LAYOUT, MUTEX_RELEASE, Reply};
+use crate::lease::{Held, Hold, Kind, Lease, Lost};
+use crate::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_LAYOUT, MUTEX_RELEASE, Reply, statuses};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, wait_for};
+use crate::wait::{Attempt, Queueing, wait_for};
 
 /// A distributed, reentrant mutual-exclusion lock, named in Redis.
 ///
@@ -247,9 +248,14 @@ impl Mutex {
         timeout: Option<Duration>,
     ) -> Result<MutexGuard> {
         let inner = &self.client.inner;
-        wait_for(&inner.node, &inner.config, &self.keys.wake, timeout, || {
-            self.attempt(owner, fresh)
-        })
+        wait_for(
+            &inner.node,
+            &inner.config,
+            &self.keys.wake,
+            Queueing::Local,
+            timeout,
+            || self.attempt(owner, fresh),
+        )
         .await
     }
 
@@ -312,10 +318,13 @@ impl Mutex {
                 let fence = reply.int(1)?;
                 let lease = Lease::new(hold(field), inner.tasks.clone());
                 Ok(Attempt::Acquired(MutexGuard {
-                    mutex: self.clone(),
-                    owner,
-                    fence: u64::try_from(fence).unwrap_or_default(),
-                    lease,
+                    held: Held {
+                        client: self.client.clone(),
+                        owner,
+                        fence: u64::try_from(fence).unwrap_or_default(),
+                        lease,
+                    },
+                    source: Source::Plain(self.clone()),
                 }))
             }
             0 => {
@@ -328,8 +337,8 @@ impl Mutex {
     }
 }
 
-/// Proof that this owner holds a [`Mutex`] once. One hold per guard: a re-entered lock has one
-/// guard per hold.
+/// Proof that this owner holds a [`Mutex`] or a [`FairMutex`] once. One hold per guard: a
+/// re-entered lock has one guard per hold.
 ///
 /// There is no `Deref`: the lock guards no local data, it guards whatever the name stands for.
 /// Check [`is_held`](Self::is_held) or race the work against [`lost`](Self::lost) when the work
@@ -355,23 +364,36 @@ impl Mutex {
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct MutexGuard {
-    mutex: Mutex,
-    owner: OwnerToken,
-    fence: u64,
-    lease: Lease,
+    held: Held,
+    source: Source,
+}
+
+/// The handle a guard came from, for [`MutexGuard::reenter`].
+#[derive(Debug, Clone)]
+enum Source {
+    Plain(Mutex),
+    Fair(FairMutex),
 }
 
 impl fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MutexGuard")
-            .field("name", &self.mutex.name)
-            .field("fencing_token", &self.fence)
+            .field("name", &self.name())
+            .field("fair", &matches!(self.source, Source::Fair(_)))
+            .field("fencing_token", &self.held.fence)
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
 }
 
 impl MutexGuard {
+    pub(crate) fn fair(held: Held, mutex: FairMutex) -> Self {
+        Self {
+            held,
+            source: Source::Fair(mutex),
+        }
+    }
+
     /// The lock's name.
     ///
     /// ```no_run
@@ -381,7 +403,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.mutex.name
+        &self.held.hold().name
     }
 
     /// The owner of this hold. It is a capability: hand it only to code that may re-enter.
@@ -393,7 +415,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner(&self) -> &OwnerToken {
-        &self.owner
+        &self.held.owner
     }
 
     /// The fencing token of this holding: above every token issued for this name before it.
@@ -414,7 +436,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.fence
+        self.held.fence
     }
 
     /// False once the lease is known lost: a renewal found the lock gone or owned by another,
@@ -428,8 +450,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> bool {
-        let hold = self.lease.hold();
-        !hold.is_lost() && Instant::now() < hold.expires_at()
+        self.held.is_held()
     }
 
     /// A future that completes when the lease is known lost (see [`is_held`](Self::is_held)).
@@ -446,7 +467,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> Lost {
-        Lost::new(self.lease.hold())
+        self.held.lost()
     }
 
     /// Makes the remaining lease at least `lease` from now (a longer remaining lease is kept).
@@ -468,30 +489,9 @@ impl MutexGuard {
     /// guard.extend(Duration::from_secs(60)).await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.extend", skip_all, fields(lock = %self.mutex.name))]
+    #[tracing::instrument(name = "redlatch.extend", skip_all, fields(lock = %self.name()))]
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let ms = lease_ms(lease)?;
-        let hold = self.lease.hold();
-        if hold.is_lost() {
-            return Err(self.not_held());
-        }
-        let node = &self.mutex.client.inner.node;
-        let sent_at = Instant::now();
-        let raw = node
-            .invoke(MUTEX_EXTEND.key(&hold.keys.lock).arg(&hold.owner).arg(ms))
-            .await?;
-        let status = extend_statuses(raw, 1)?.pop().unwrap_or_default();
-        match status {
-            1 => {
-                hold.confirm(sent_at, lease);
-                Ok(())
-            }
-            0 => {
-                hold.mark_lost();
-                Err(self.not_held())
-            }
-            status => Err(foreign(&hold.keys.lock, status)),
-        }
+        self.held.extend(lease).await
     }
 
     /// Adds one hold for the same owner, with the same lease settings, and returns its guard.
@@ -513,16 +513,21 @@ impl MutexGuard {
     /// outer.unlock().await?; // now the lock is free
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.mutex.name))]
+    #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.name()))]
     pub async fn reenter(&self) -> Result<MutexGuard> {
-        if self.lease.hold().is_lost() {
-            return Err(self.not_held());
+        if self.held.hold().is_lost() {
+            return Err(self.held.not_held());
         }
-        match self.mutex.attempt(self.owner, false).await? {
+        let owner = self.held.owner;
+        let again = match &self.source {
+            Source::Plain(mutex) => mutex.attempt(owner, false).await?,
+            Source::Fair(mutex) => mutex.attempt_as(owner).await?,
+        };
+        match again {
             Attempt::Acquired(guard) => Ok(guard),
             Attempt::Busy(_) => {
-                self.lease.hold().mark_lost();
-                Err(self.not_held())
+                self.held.hold().mark_lost();
+                Err(self.held.not_held())
             }
         }
     }
@@ -545,53 +550,10 @@ impl MutexGuard {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.unlock", skip_all, fields(lock = %self.mutex.name))]
+    #[tracing::instrument(name = "redlatch.unlock", skip_all, fields(lock = %self.name()))]
     pub async fn unlock(self) -> Result<()> {
-        let Self { mutex, lease, .. } = self;
-        let hold = lease.disarm();
-        release(&mutex.client.inner.node, &hold).await
+        self.held.release().await
     }
-
-    fn not_held(&self) -> Error {
-        Error::NotHeld {
-            name: self.mutex.name.to_string(),
-        }
-    }
-}
-
-fn foreign(key: &str, status: i64) -> Error {
-    if status == -1 {
-        Error::WrongType {
-            key: key.to_owned(),
-            found: "value of another type".to_owned(),
-        }
-    } else {
-        Error::Layout {
-            key: key.to_owned(),
-            found: "another layout".to_owned(),
-            expected: MUTEX_LAYOUT,
-        }
-    }
-}
-
-fn extend_statuses(raw: redis::Value, expected: usize) -> Result<Vec<i64>> {
-    let bad = |detail: String| Error::Protocol {
-        script: "mutex_extend",
-        detail,
-    };
-    let redis::Value::Array(items) = raw else {
-        return Err(bad(format!("expected an array, got {raw:?}")));
-    };
-    if items.len() != expected {
-        return Err(bad(format!(
-            "expected {expected} results, got {}",
-            items.len()
-        )));
-    }
-    items
-        .iter()
-        .map(|v| crate::scripts::int(v).ok_or_else(|| bad(format!("not an integer: {v:?}"))))
-        .collect()
 }
 
 /// Releases one hold of `hold.owner`.
@@ -614,25 +576,13 @@ pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
     }
 }
 
-/// Renews a batch of holds in one script call; one flag per hold, false when it is lost.
-pub(crate) async fn extend_batch(node: &Node, holds: &[Arc<Hold>]) -> Result<Vec<bool>> {
+/// Renews a batch of holds in one script call, each to at least its lease in ms; one status per
+/// hold (see `mutex_extend.lua`).
+pub(crate) async fn extend_batch(node: &Node, holds: &[(&Hold, u64)]) -> Result<Vec<i64>> {
     let mut invocation = MUTEX_EXTEND.prepare_invoke();
-    for hold in holds {
-        invocation
-            .key(&hold.keys.lock)
-            .arg(&hold.owner)
-            .arg(u64::try_from(hold.lease.as_millis()).unwrap_or(u64::MAX));
+    for (hold, ms) in holds {
+        invocation.key(&hold.keys.lock).arg(&hold.owner).arg(*ms);
     }
     let raw = node.invoke(&invocation).await?;
-    let statuses = extend_statuses(raw, holds.len())?;
-    Ok(statuses
-        .into_iter()
-        .zip(holds)
-        .map(|(status, hold)| {
-            if status < 0 {
-                tracing::warn!(lock = %hold.name, error = %foreign(&hold.keys.lock, status), "lease renewal refused");
-            }
-            status == 1
-        })
-        .collect())
+    statuses("mutex_extend", raw, holds.len())
 }

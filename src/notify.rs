@@ -6,6 +6,10 @@
 //! local waiters per channel. A message wakes only as many local waiters as it names (one for a
 //! mutex), oldest first, so a release never sets off a herd of retries inside a process.
 //!
+//! Waiters of the queued primitives (fair mutex, semaphore, read-write lock) queue in Redis
+//! instead, and join with their id as a tag: a release there publishes the ids of the waiters it
+//! lets through, and only those are woken, in whichever client they wait.
+//!
 //! Only the oldest local waiter (the front) keeps a fallback timer, set to the moment the
 //! holder's lease would run out; the others wait for their turn. If the subscription connection
 //! drops, every waiter falls back to jittered backoff polling until it is back, and all are
@@ -40,6 +44,18 @@ struct Slot {
     notify: Notify,
     /// A wake-up was delivered to this waiter and not consumed yet.
     pending: AtomicBool,
+    /// The waiter's id in a Redis queue: it is woken by name only (and by a reconnect).
+    tag: Option<Box<str>>,
+}
+
+impl Slot {
+    fn give(&self) -> bool {
+        let fresh = !self.pending.swap(true, Ordering::AcqRel);
+        if fresh {
+            self.notify.notify_one();
+        }
+        fresh
+    }
 }
 
 #[derive(Debug, Default)]
@@ -58,8 +74,7 @@ impl Queue {
             if n == 0 {
                 break;
             }
-            if !slot.pending.swap(true, Ordering::AcqRel) {
-                slot.notify.notify_one();
+            if slot.give() {
                 n -= 1;
             }
         }
@@ -67,6 +82,15 @@ impl Queue {
 
     fn wake_all(&mut self) {
         self.wake(usize::MAX);
+    }
+
+    /// Wakes the waiters whose tags are among the space-separated `ids`.
+    fn wake_named(&mut self, ids: &str) {
+        for id in ids.split(' ') {
+            for slot in self.slots.iter().filter(|s| s.tag.as_deref() == Some(id)) {
+                slot.give();
+            }
+        }
     }
 }
 
@@ -133,9 +157,32 @@ impl Notifier {
             .is_some_and(|c| !c.queue().slots.is_empty())
     }
 
+    /// True if releases on `channel` reach this client right now.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.shared
+            .channels()
+            .get(channel)
+            .is_some_and(|c| *c.state.borrow() == SubState::Active)
+    }
+
     /// Queues a waiter on `channel`, subscribing if this is the first.
     pub(crate) fn join(&self, name: &str) -> Waiter {
-        let slot = Arc::new(Slot::default());
+        self.join_slot(name, Slot::default())
+    }
+
+    /// Registers a waiter that Redis queues under `id`: it is woken only by a message naming it.
+    pub(crate) fn join_named(&self, name: &str, id: &str) -> Waiter {
+        self.join_slot(
+            name,
+            Slot {
+                tag: Some(id.into()),
+                ..Slot::default()
+            },
+        )
+    }
+
+    fn join_slot(&self, name: &str, slot: Slot) -> Waiter {
+        let slot = Arc::new(slot);
         // The slot is queued under the registry lock, so the sweep cannot retire the channel
         // between finding it and joining it.
         let mut channels = self.shared.channels();
@@ -239,9 +286,14 @@ impl Drop for Waiter {
         q.slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
         let unused_wake =
             self.slot.pending.load(Ordering::Acquire) || self.consumed.load(Ordering::Acquire);
-        if unused_wake {
+        // Named waiters hand their turn on in Redis, when their queue place is removed.
+        let local = self.slot.tag.is_none();
+        if local && unused_wake {
             q.wake(1);
-        } else if was_front && let Some(front) = q.slots.front() {
+        } else if local
+            && was_front
+            && let Some(front) = q.slots.front()
+        {
             // The new front owns the fallback timer now: let it arm it.
             front.notify.notify_one();
         }
@@ -318,12 +370,15 @@ async fn run(
 fn dispatch(shared: &Shared, msg: &redis::Msg) {
     let channel = shared.channels().get(msg.get_channel_name()).cloned();
     if let Some(channel) = channel {
-        let n = match msg.get_payload::<String>() {
-            Ok(p) if p == "all" => usize::MAX,
-            Ok(p) => p.parse().unwrap_or(1),
-            Err(_) => 1,
-        };
-        channel.queue().wake(n);
+        let mut queue = channel.queue();
+        match msg.get_payload::<String>() {
+            Ok(p) if p == "all" => queue.wake_all(),
+            Ok(p) => match p.parse() {
+                Ok(n) => queue.wake(n),
+                Err(_) => queue.wake_named(&p),
+            },
+            Err(_) => queue.wake(1),
+        }
     }
 }
 

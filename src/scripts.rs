@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 /// The layout tag the mutex scripts store in the `~layout` field of the lock hash.
 pub(crate) const MUTEX_LAYOUT: &str = "mutex:1";
+/// The layout tags the queue scripts store in the `~layout` field of the meta hash.
+pub(crate) const FAIR_LAYOUT: &str = "fair:1";
+pub(crate) const SEMAPHORE_LAYOUT: &str = "semaphore:1";
+pub(crate) const RWLOCK_LAYOUT: &str = "rwlock:1";
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -23,9 +27,25 @@ macro_rules! script {
     };
 }
 
+/// A queue script: `lua/v1/queue_lib.lua` followed by the operation's own file.
+macro_rules! queue_script {
+    ($name:ident, $file:literal) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../lua/v1/queue_lib.lua"),
+                include_str!(concat!("../lua/v1/", $file))
+            ))
+        });
+    };
+}
+
 script!(MUTEX_ACQUIRE, "mutex_acquire.lua");
 script!(MUTEX_RELEASE, "mutex_release.lua");
 script!(MUTEX_EXTEND, "mutex_extend.lua");
+queue_script!(QUEUE_ACQUIRE, "queue_acquire.lua");
+queue_script!(QUEUE_RELEASE, "queue_release.lua");
+queue_script!(QUEUE_EXTEND, "queue_extend.lua");
+script!(INSPECT, "inspect.lua");
 
 /// Reads an integer from a script reply element (Lua numbers arrive as integers, tokens as
 /// strings).
@@ -45,6 +65,41 @@ fn text(v: Option<&Value>) -> String {
         Some(other) => format!("{other:?}"),
         None => String::new(),
     }
+}
+
+/// The error for a negative per-item status of a batch script: `-1` foreign type, `-2` foreign
+/// layout (where `expected` is the layout the caller reads).
+pub(crate) fn foreign(key: &str, status: i64, expected: &'static str) -> Error {
+    if status == -1 {
+        Error::WrongType {
+            key: key.to_owned(),
+            found: "value of another type".to_owned(),
+        }
+    } else {
+        Error::Layout {
+            key: key.to_owned(),
+            found: "another layout".to_owned(),
+            expected,
+        }
+    }
+}
+
+/// Reads a batch script's reply: exactly one integer per item.
+pub(crate) fn statuses(script: &'static str, raw: Value, expected: usize) -> Result<Vec<i64>> {
+    let bad = |detail: String| Error::Protocol { script, detail };
+    let Value::Array(items) = raw else {
+        return Err(bad(format!("expected an array, got {raw:?}")));
+    };
+    if items.len() != expected {
+        return Err(bad(format!(
+            "expected {expected} results, got {}",
+            items.len()
+        )));
+    }
+    items
+        .iter()
+        .map(|v| int(v).ok_or_else(|| bad(format!("not an integer: {v:?}"))))
+        .collect()
 }
 
 /// A script reply: a status code followed by its values.
@@ -128,6 +183,10 @@ mod tests {
             (&*MUTEX_ACQUIRE, "08f29ab2eeec66ee4e8d1ee8742240146e0e0856"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
+            (&*QUEUE_ACQUIRE, "0d9a78815ba2abcb6267972ebf9abb59cc9724ac"),
+            (&*QUEUE_RELEASE, "de12f981edcfb7422423edfc5547647df8680496"),
+            (&*QUEUE_EXTEND, "624bf94d56797d0008c8679b37db0a2bfbd4d5f4"),
+            (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),
         ];
         for (script, sha) in pins {
             assert_eq!(script.get_hash(), sha);
@@ -136,18 +195,27 @@ mod tests {
 
     #[test]
     fn headers_name_the_layout_version() {
-        let sources = [
+        let mutex = [
             ("mutex_acquire", include_str!("../lua/v1/mutex_acquire.lua")),
             ("mutex_release", include_str!("../lua/v1/mutex_release.lua")),
             ("mutex_extend", include_str!("../lua/v1/mutex_extend.lua")),
         ];
-        for (name, src) in sources {
+        let queue = [
+            ("queue_lib", include_str!("../lua/v1/queue_lib.lua")),
+            ("queue_acquire", include_str!("../lua/v1/queue_acquire.lua")),
+            ("queue_release", include_str!("../lua/v1/queue_release.lua")),
+            ("queue_extend", include_str!("../lua/v1/queue_extend.lua")),
+            ("inspect", include_str!("../lua/v1/inspect.lua")),
+        ];
+        for (name, src) in mutex.into_iter().chain(queue) {
             assert!(src.starts_with(&format!("-- name:    {name}\n")), "{name}");
             let layout = format!("-- layout:  {LAYOUT_VERSION}");
             assert!(src.contains(&layout), "{name} lacks `{layout}`");
             for section in ["-- KEYS[", "-- ARGV[", "-- returns:"] {
                 assert!(src.contains(section), "{name} lacks {section}");
             }
+        }
+        for (name, src) in mutex {
             assert!(src.contains(&format!("'{MUTEX_LAYOUT}'")), "{name}");
         }
     }

@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use crate::error::Error;
 
+pub(crate) const SHORT_ID_LEN: usize = 8;
+
 /// The identity of a lock owner: 128 random bits, written as 32 lowercase hex digits.
 ///
 /// Every [`lock`](crate::Mutex::lock) makes a new owner, so two calls never share ownership by
@@ -33,6 +35,19 @@ impl OwnerToken {
     /// A new random owner.
     pub fn new() -> Self {
         Self(uuid::Uuid::new_v4())
+    }
+
+    /// The first 8 hex digits: how [`LockClient::inspect`](crate::LockClient::inspect) names
+    /// holders and waiters. Enough to tell owners apart, not enough to act as one.
+    ///
+    /// ```
+    /// let owner = redlatch::OwnerToken::new();
+    /// assert!(owner.to_string().starts_with(&owner.short_id()));
+    /// ```
+    pub fn short_id(&self) -> String {
+        let mut id = self.as_field();
+        id.truncate(SHORT_ID_LEN);
+        id
     }
 
     pub(crate) fn as_field(&self) -> String {

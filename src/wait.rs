@@ -19,20 +19,40 @@ pub(crate) enum Attempt<T> {
     Busy(Option<Duration>),
 }
 
+/// Where waiters queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Queueing<'a> {
+    /// In this client only (the plain mutex): Redis keeps no queue, a release wakes the oldest
+    /// local waiter of each client, and only that front waiter keeps a fallback timer.
+    Local,
+    /// In Redis (fair mutex, semaphore, read-write lock): the attempt queues the waiter under
+    /// `id`, a release names the waiters it lets through, and each waiter keeps its own timer
+    /// for the moment the script said something may change unannounced (a lease or a waiter's
+    /// deadline running out).
+    Server {
+        /// The waiter's id in the Redis queue (its owner token).
+        id: &'a str,
+    },
+}
+
 /// Waits for a lock or permit announced on `channel`, calling `attempt` whenever it may be
 /// free, until it succeeds or `deadline` passes.
 ///
-/// * If this client already has waiters on the channel, a new caller queues behind them without
-///   trying first (no barging past local waiters).
-/// * After the first failed attempt the caller joins the local queue (subscribing if needed) and
-///   tries once more, which closes the window between the failure and the subscription.
-/// * Woken by a release it tries again. Only the front waiter also keeps a timer, at the moment
-///   the holder's lease would run out; while push is down every waiter polls with jittered
-///   backoff bounded by that moment.
+/// * [`Queueing::Local`]: if this client already has waiters on the channel, a new caller
+///   queues behind them without trying first (no barging past local waiters). After the first
+///   failed attempt the caller joins the local queue (subscribing if needed) and tries once
+///   more, which closes the window between the failure and the subscription.
+/// * [`Queueing::Server`]: the caller always tries first (Redis keeps the order). If this
+///   client already listens to the channel, the waiter registers for its wake-up before that
+///   attempt, so no message naming it can slip past and the attempt is its only one until it
+///   is woken; otherwise it subscribes after the attempt and tries once more, as above.
+/// * Woken it tries again. While push is down every waiter polls with jittered backoff
+///   bounded by the moment it was told things may change.
 pub(crate) async fn wait_for<T, F, Fut>(
     node: &Node,
     config: &Config,
     channel: &str,
+    queueing: Queueing<'_>,
     timeout: Option<Duration>,
     mut attempt: F,
 ) -> Result<T>
@@ -47,8 +67,20 @@ where
     };
     let notifier = node.notifier();
     let mut backoff = Backoff::new(config);
-    let mut must_try = !notifier.has_waiters(channel);
-    let mut waiter: Option<Waiter> = None;
+    let server = matches!(queueing, Queueing::Server { .. });
+    let join = || match queueing {
+        Queueing::Server { id } => notifier.join_named(channel, id),
+        Queueing::Local => notifier.join(channel),
+    };
+    // A server-queued waiter on a channel this client already listens to registers first; on
+    // any other channel it tries first, so an uncontended acquire never subscribes.
+    let mut waiter: Option<Waiter> = (server && notifier.is_subscribed(channel)).then(join);
+    // Releases reached this client before the first attempt was sent.
+    let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
+    let mut must_try = server || !notifier.has_waiters(channel);
+    let mut queued = false;
+    // Server queueing: when the last attempt said something may change unannounced.
+    let mut own_deadline: Option<Instant> = None;
     loop {
         if must_try {
             let answer = attempt().await;
@@ -59,7 +91,7 @@ where
                 // Once waiting, a connection failure is waited out like a busy lock: the
                 // attempt is retried with backoff until the deadline. The first attempt's
                 // errors go straight to the caller, so a wrong address fails fast.
-                Err(err) if waiter.is_some() && err.is_connection() => {
+                Err(err) if queued && err.is_connection() => {
                     tracing::debug!(error = %err, "attempt failed while waiting, retrying");
                     Attempt::Busy(None)
                 }
@@ -67,23 +99,26 @@ where
             };
             match answer {
                 Attempt::Acquired(value) => {
-                    if let Some(w) = &waiter {
+                    if let (Some(w), false) = (&waiter, server) {
                         // The next local waiter arms its timer for our lease, not the old one.
                         w.set_holder_deadline(Some(Instant::now() + config.lease));
                     }
                     return Ok(value);
                 }
-                Attempt::Busy(pttl) => {
-                    let holder_deadline = pttl.map(|p| Instant::now() + p);
-                    match &waiter {
-                        Some(w) => w.set_holder_deadline(holder_deadline),
-                        None => {
-                            let w = notifier.join(channel);
-                            w.set_holder_deadline(holder_deadline);
+                Attempt::Busy(wait) => {
+                    let at = wait.map(|p| Instant::now() + p);
+                    let w = waiter.get_or_insert_with(join);
+                    if server {
+                        own_deadline = at;
+                    } else {
+                        w.set_holder_deadline(at);
+                    }
+                    if !queued {
+                        queued = true;
+                        if !(server && heard_from_start) {
                             if !within(deadline, w.ready()).await {
                                 return Err(timed_out());
                             }
-                            waiter = Some(w);
                             continue;
                         }
                     }
@@ -93,7 +128,8 @@ where
         let w = match waiter {
             Some(ref w) => w,
             None => {
-                let w = waiter.insert(notifier.join(channel));
+                queued = true;
+                let w = waiter.insert(join());
                 if !within(deadline, w.ready()).await {
                     return Err(timed_out());
                 }
@@ -101,16 +137,19 @@ where
             }
         };
         let now = Instant::now();
+        let known = if server {
+            own_deadline
+        } else {
+            w.holder_deadline()
+        };
+        let jitter = config.backoff_min.mul_f64(fastrand::f64());
         let timer = if !w.push_active() {
             let poll = now + backoff.next_delay();
-            Some(w.holder_deadline().map_or(poll, |d| poll.min(d.max(now))))
+            Some(known.map_or(poll, |d| poll.min(d.max(now))))
+        } else if server {
+            known.map(|d| d + jitter)
         } else if w.is_front() {
-            let jitter = config.backoff_min.mul_f64(fastrand::f64());
-            Some(
-                w.holder_deadline()
-                    .unwrap_or_else(|| now + backoff.next_delay())
-                    + jitter,
-            )
+            Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
         } else {
             None
         };

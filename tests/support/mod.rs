@@ -132,3 +132,38 @@ pub fn trace_init() {
         .with_test_writer()
         .try_init();
 }
+
+/// Polls `check` every few milliseconds until it holds: for conditions no signal announces
+/// (what another client or Redis did), never for ordering our own tasks.
+pub async fn until<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    while !check().await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs `body` on a runtime of its own in another thread, then drops that runtime with
+/// whatever it still runs (watchdog, release queue, waiters): a process that dies without
+/// cleaning up anything.
+pub fn crashing<F, Fut>(body: F)
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(body());
+        });
+    });
+}
+
+impl TestRedis {
+    /// How many waiters `client` sees queued for `name`.
+    pub async fn queued(&self, client: &LockClient, name: &str) -> usize {
+        client.inspect(name).await.expect("inspect").waiters.len()
+    }
+}

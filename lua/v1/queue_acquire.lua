@@ -1,0 +1,128 @@
+-- name:    queue_acquire
+-- layout:  1 (tag "fair:1", "semaphore:1" or "rwlock:1" in field "~layout" of the meta hash)
+-- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..4])
+-- KEYS[2]: holders    <prefix>:{<name>}:holders
+-- KEYS[3]: queue      <prefix>:{<name>}:queue
+-- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
+-- KEYS[5]: fence key  <prefix>:{<name>}:fence     last fencing token issued for this name
+-- ARGV[1]: layout tag
+-- ARGV[2]: op: x (fair mutex), r (read), w (write), s (permits)
+-- ARGV[3]: owner token (also the waiter's id in the queue)
+-- ARGV[4]: units: permits wanted for s, else 1
+-- ARGV[5]: capacity for s (must match the stored one), else 0
+-- ARGV[6]: lease in milliseconds
+-- ARGV[7]: waiter timeout in milliseconds; 0 = do not queue (try once)
+-- ARGV[8]: lifetime of the fence key in milliseconds
+-- ARGV[9]: wake-up channel <prefix>:{<name>}:wake
+-- returns: {1, fence, holds}  acquired; fence is 0 for read holds; holds is the owner's hold
+--                             count of this op after the call (the permits for s)
+--          {0, wait, pos}     not now: the owner is queued at place pos (0 = head; -1 if
+--                             ARGV[7] is 0), and nothing changes without a wake-up message for
+--                             `wait` ms (a holder's lease or another waiter's deadline; -1: never)
+--          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
+--          {-2, layout}       the meta hash carries another layout tag
+--          {-3, capacity}     the semaphore is in use with another capacity
+--          {-4}               the owner holds a read lock and asked to write (upgrade refused)
+local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1}
+local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
+local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local lease, patience = tonumber(ARGV[6]), tonumber(ARGV[7])
+
+local err = check(s, layout)
+if err then return err end
+local fkind = redis.call('TYPE', KEYS[5])['ok']
+if fkind ~= 'none' and fkind ~= 'string' then return {-1, fkind, 5} end
+
+local now = now_ms()
+local before = {}
+if redis.call('EXISTS', s.m) == 0 then
+  redis.call('HSET', s.m, '~layout', layout, '~used', 0, '~cap', cap)
+else
+  if op == 's' then
+    local stored = tonumber(redis.call('HGET', s.m, '~cap'))
+    if stored ~= cap then return {-3, stored or 0} end
+  end
+  before = grantable(s)
+  purge(s, now)
+end
+
+local writer = redis.call('HGET', s.m, '~writer')
+local reads = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+
+local function granted(fence, holds)
+  redis.call('ZADD', s.h, 'GT', now + lease, owner)
+  drop_waiter(s, owner)
+  settle(s, ARGV[9], before, owner)
+  touch(s)
+  return {1, fence, holds}
+end
+
+-- Re-entry never waits: the owner already holds the lock.
+if (op == 'x' or op == 'w') and writer == owner then
+  return granted(redis.call('HGET', s.m, '~wfence'), redis.call('HINCRBY', s.m, '~wholds', 1))
+end
+if op == 'r' and (reads or writer == owner) then
+  redis.call('HINCRBY', s.m, '~used', 1)
+  return granted(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
+end
+if op == 'w' and reads then return {-4} end
+
+local may
+if redis.call('ZSCORE', s.q, owner) then
+  may = false
+  for _, o in ipairs(grantable(s)) do
+    if o == owner then may = true end
+  end
+elseif redis.call('ZCARD', s.q) == 0 then
+  local used = tonumber(redis.call('HGET', s.m, '~used')) or 0
+  if op == 's' then may = used + units <= cap
+  elseif op == 'r' then may = not writer
+  else may = (not writer) and used == 0 end
+else
+  may = false
+end
+
+if may then
+  if op == 'r' then
+    redis.call('HINCRBY', s.m, '~used', 1)
+    return granted(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
+  end
+  -- Strictly above the last token, and never below the server clock in microseconds.
+  local last = tonumber(redis.call('GET', KEYS[5]) or '0')
+  if last == nil then return {-1, 'string', 5} end
+  local t = redis.call('TIME')
+  local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+  redis.call('SET', KEYS[5], token, 'PX', ARGV[8])
+  if op == 's' then
+    redis.call('HSET', s.m, 'h:' .. owner, units)
+    redis.call('HINCRBY', s.m, '~used', units)
+    return granted(token, units)
+  end
+  redis.call('HSET', s.m, '~writer', owner, '~wholds', 1, '~wfence', token)
+  return granted(token, 1)
+end
+
+local pos = -1
+if patience > 0 then
+  if not redis.call('ZSCORE', s.q, owner) then
+    redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
+    redis.call('HSET', s.m, 'q:' .. owner, op .. units)
+  end
+  redis.call('ZADD', s.t, now + patience, owner)
+  pos = redis.call('ZRANK', s.q, owner)
+end
+
+local wait = -1
+local first = redis.call('ZRANGE', s.h, 0, 0, 'WITHSCORES')
+if first[2] then wait = tonumber(first[2]) - now end
+local ahead = redis.call('ZRANGE', s.t, 0, 1, 'WITHSCORES')
+for j = 1, #ahead, 2 do
+  if ahead[j] ~= owner then
+    local d = tonumber(ahead[j + 1]) - now
+    if wait < 0 or d < wait then wait = d end
+    break
+  end
+end
+settle(s, ARGV[9], before, owner)
+touch(s)
+return {0, wait, pos}

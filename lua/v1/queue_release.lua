@@ -1,0 +1,65 @@
+-- name:    queue_release
+-- layout:  1 (see queue_acquire)
+-- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..4])
+-- KEYS[2]: holders    <prefix>:{<name>}:holders
+-- KEYS[3]: queue      <prefix>:{<name>}:queue
+-- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
+-- ARGV[1]: layout tag
+-- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
+--          queue: a waiter gave up)
+-- ARGV[3]: owner token
+-- ARGV[4]: wake-up channel <prefix>:{<name>}:wake; the waiters this makes grantable are
+--          published on it, space-separated
+-- returns: {1, holds}      one hold released; the owner still holds `holds` of this op
+--          {2}             the owner's last hold of this op released
+--          {3}             the waiter left the queue
+--          {0}             not held (or not queued) by this owner: nothing changed
+--          {-1, type, i}   KEYS[i] holds foreign data of that Redis type
+--          {-2, layout}    the meta hash carries another layout tag
+local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1}
+local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
+
+local err = check(s, layout)
+if err then return err end
+if redis.call('EXISTS', s.m) == 0 then return {0} end
+
+local before = grantable(s)
+purge(s, now_ms())
+local writer = redis.call('HGET', s.m, '~writer')
+local out = {0}
+if op == 'q' then
+  if redis.call('ZSCORE', s.q, owner) then
+    drop_waiter(s, owner)
+    out = {3}
+  end
+elseif op == 's' then
+  local n = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+  if n then
+    drop_holder(s, owner)
+    out = {2}
+  end
+elseif op == 'r' then
+  local n = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+  if n then
+    redis.call('HINCRBY', s.m, '~used', -1)
+    if n > 1 then
+      out = {1, redis.call('HINCRBY', s.m, 'h:' .. owner, -1)}
+    else
+      redis.call('HDEL', s.m, 'h:' .. owner)
+      if writer ~= owner then redis.call('ZREM', s.h, owner) end
+      out = {2}
+    end
+  end
+elseif writer == owner then
+  local n = redis.call('HINCRBY', s.m, '~wholds', -1)
+  if n > 0 then
+    out = {1, n}
+  else
+    redis.call('HDEL', s.m, '~writer', '~wholds', '~wfence')
+    if redis.call('HEXISTS', s.m, 'h:' .. owner) == 0 then redis.call('ZREM', s.h, owner) end
+    out = {2}
+  end
+end
+settle(s, ARGV[4], before, nil)
+touch(s)
+return out

@@ -1,0 +1,253 @@
+//! [`FairMutex`]: a reentrant lock whose waiters are served in strict FIFO order across every
+//! client.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::Result;
+use crate::lease::{Family, Held, Op};
+use crate::mutex::MutexGuard;
+use crate::queue::Queued;
+use crate::token::OwnerToken;
+use crate::wait::Attempt;
+
+/// A distributed, reentrant mutex that serves its waiters first come, first served, across
+/// every client and process.
+///
+/// Made by [`LockClient::fair_mutex`]; its guard is the same [`MutexGuard`] as the plain
+/// [`Mutex`](crate::Mutex)'s, with the same powers: re-entry, fencing tokens, watchdog leases
+/// and [`lost`](MutexGuard::lost).
+///
+/// * **Order**: waiters queue in Redis, ordered by a ticket taken when they first asked. A
+///   newcomer never overtakes a queued waiter, and a release wakes only the waiter at the head
+///   (one message, naming it; no herd).
+/// * **Dead waiters** are evicted: each client renews its waiters' places with the watchdog's
+///   batched calls, and a place not renewed for the waiter timeout (by default the client's
+///   default lease, 30 s; see
+///   [`LockClientBuilder::waiter_timeout`](crate::LockClientBuilder::waiter_timeout)) is
+///   dropped by the next script that looks, timed by the server's clock. A cancelled or timed
+///   out wait leaves the queue at once.
+/// * **Nothing stays behind**: every key (queue, deadlines, leases) expires with the last lease
+///   or waiter deadline, and is deleted when the last hold is released with nobody waiting.
+///
+/// A plain [`Mutex`](crate::Mutex) is cheaper (no queue) and fair among the waiters of one
+/// client, but a releaser in another process can take it again before them; use `FairMutex`
+/// when every process must get its turn.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let turn = client.fair_mutex("printer")?.lock().await?;
+/// // ... use the printer ...
+/// turn.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairMutex {
+    inner: Queued,
+}
+
+impl fmt::Debug for FairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FairMutex")
+            .field("name", &self.inner.name)
+            .field("lease", &self.inner.lease)
+            .field("watchdog", &self.inner.renew)
+            .finish()
+    }
+}
+
+impl FairMutex {
+    pub(crate) fn new(client: LockClient, name: &str) -> Result<Self> {
+        Ok(Self {
+            inner: Queued::new(client, name, Family::Fair, 0)?,
+        })
+    }
+
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// assert_eq!(client.fair_mutex("a")?.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This handle with a fixed lease that the watchdog does not renew (see
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `lease` is outside
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.fair_mutex("a")?.with_lease(Duration::from_secs(5))?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(self, lease: Duration) -> Result<Self> {
+        Ok(Self {
+            inner: self.inner.with_lease(lease)?,
+        })
+    }
+
+    /// Takes a place at the tail of the queue and waits for its turn, as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Pool`](crate::Error::Pool) or [`Error::Redis`](crate::Error::Redis) if Redis
+    /// cannot be reached on the first attempt (later failures are waited out),
+    /// [`Error::WrongType`](crate::Error::WrongType) or [`Error::Layout`](crate::Error::Layout)
+    /// if the name's keys hold other data, or the name is in use as another primitive.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future leaves the queue at once (in the background); an
+    /// acquisition already on its way is released again, so a cancelled `lock` never holds the
+    /// lock for longer than one round trip and never stalls the waiters behind it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.fair_mutex("a")?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        self.acquire(OwnerToken::new(), true, None).await
+    }
+
+    /// As [`lock`](Self::lock), leaving the queue with
+    /// [`Error::Timeout`](crate::Error::Timeout) after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`](crate::Error::Timeout) when the time runs out, and as
+    /// [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.fair_mutex("a")?.lock_timeout(Duration::from_secs(2)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
+        self.acquire(OwnerToken::new(), true, Some(timeout)).await
+    }
+
+    /// Takes the lock only if it is free and nobody is queued for it, in one round trip.
+    /// `Ok(None)` means busy; it does not queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// if let Some(guard) = client.fair_mutex("a")?.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
+        let held = self
+            .inner
+            .try_acquire(Op::Exclusive, 1, OwnerToken::new(), true)
+            .await?;
+        Ok(held.map(|held| self.guard(held)))
+    }
+
+    /// Acquires the lock for `owner`: at once if `owner` already holds it (one more hold),
+    /// else through the queue. The token is a capability: pass it only to code you trust.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an acquisition that reaches Redis after the future was dropped is released
+    /// again, so the owner's hold count is what it was.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient, header: &str) -> redlatch::Result<()> {
+    /// let owner: redlatch::OwnerToken = header.parse()?;
+    /// let nested = client.fair_mutex("a")?.lock_as(&owner).await?;
+    /// nested.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    pub async fn lock_as(&self, owner: &OwnerToken) -> Result<MutexGuard> {
+        self.acquire(*owner, false, None).await
+    }
+
+    /// As [`lock_as`](Self::lock_as), without waiting: `Ok(None)` if another owner holds it or
+    /// waiters are queued.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient, owner: redlatch::OwnerToken) -> redlatch::Result<()> {
+    /// let maybe = client.fair_mutex("a")?.try_lock_as(&owner).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
+        Ok(match self.attempt_as(*owner).await? {
+            Attempt::Acquired(guard) => Some(guard),
+            Attempt::Busy(_) => None,
+        })
+    }
+
+    /// One attempt for `owner`, without queueing (re-entry never queues).
+    pub(crate) async fn attempt_as(&self, owner: OwnerToken) -> Result<Attempt<MutexGuard>> {
+        Ok(
+            match self
+                .inner
+                .attempt(Op::Exclusive, 1, owner, false, None)
+                .await?
+            {
+                Attempt::Acquired(held) => Attempt::Acquired(self.guard(held)),
+                Attempt::Busy(wait) => Attempt::Busy(wait),
+            },
+        )
+    }
+
+    async fn acquire(
+        &self,
+        owner: OwnerToken,
+        fresh: bool,
+        timeout: Option<Duration>,
+    ) -> Result<MutexGuard> {
+        let held = self
+            .inner
+            .acquire(Op::Exclusive, 1, owner, fresh, timeout)
+            .await?;
+        Ok(self.guard(held))
+    }
+
+    fn guard(&self, held: Held) -> MutexGuard {
+        MutexGuard::fair(held, self.clone())
+    }
+}

@@ -1,0 +1,318 @@
+//! The shared machinery of the primitives whose waiters queue in Redis: [`FairMutex`],
+//! [`Semaphore`] and [`RwLock`].
+//!
+//! Their state lives in four keys under one hash tag (see `lua/v1/queue_lib.lua`): a meta hash,
+//! a sorted set of holder leases, the FIFO queue of waiters and their eviction deadlines, all
+//! timed by the server's clock. One set of scripts serves all three; the `op` argument says
+//! what is asked for (exclusive, read, write, permits).
+//!
+//! A waiter's place in the queue is a [`Lease`] of its own: the watchdog renews it (batched with
+//! the holds) while the waiter waits, and dropping it (the wait ended, timed out or was
+//! cancelled) removes the place in the background. A waiter whose client died stops being
+//! renewed and is evicted by the next script that looks, once its deadline passes.
+//!
+//! [`FairMutex`]: crate::FairMutex
+//! [`Semaphore`]: crate::Semaphore
+//! [`RwLock`]: crate::RwLock
+
+use std::fmt;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::Node;
+use crate::client::LockClient;
+use crate::config::{FENCE_TTL, lease_ms};
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::lease::{Family, Held, Hold, Kind, Lease, Op};
+use crate::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, Reply, statuses};
+use crate::token::OwnerToken;
+use crate::wait::{Attempt, Queueing, wait_for};
+
+/// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
+/// it is left only when the last of them is done with it.
+type Place = StdMutex<Option<Lease>>;
+
+/// A handle on one named queued primitive: what [`FairMutex`](crate::FairMutex),
+/// [`Semaphore`](crate::Semaphore) and [`RwLock`](crate::RwLock) wrap.
+#[derive(Clone)]
+pub(crate) struct Queued {
+    pub(crate) client: LockClient,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) family: Family,
+    /// The semaphore's permits (0 for the locks).
+    pub(crate) capacity: u32,
+    pub(crate) lease: Duration,
+    pub(crate) renew: bool,
+}
+
+impl fmt::Debug for Queued {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queued")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("watchdog", &self.renew)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queued {
+    pub(crate) fn new(
+        client: LockClient,
+        name: &str,
+        family: Family,
+        capacity: u32,
+    ) -> Result<Self> {
+        let config = &client.inner.config;
+        let keys = LockKeys::new(&config.prefix, name)?;
+        Ok(Self {
+            lease: config.lease,
+            renew: config.watchdog,
+            name: name.into(),
+            keys: Arc::new(keys),
+            family,
+            capacity,
+            client,
+        })
+    }
+
+    /// A fixed lease that the watchdog does not renew.
+    pub(crate) fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        lease_ms(lease)?;
+        self.lease = lease;
+        self.renew = false;
+        Ok(self)
+    }
+
+    /// Acquires `units` of `op` for `owner`, queueing in Redis and waiting up to `timeout`.
+    /// `fresh` is true when the owner token was made for this call (no hold can exist yet).
+    pub(crate) async fn acquire(
+        &self,
+        op: Op,
+        units: u32,
+        owner: OwnerToken,
+        fresh: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Held> {
+        let inner = &self.client.inner;
+        let id = owner.as_field();
+        let place: Arc<Place> = Arc::default();
+        let queueing = Queueing::Server { id: &id };
+        wait_for(
+            &inner.node,
+            &inner.config,
+            &self.keys.wake,
+            queueing,
+            timeout,
+            || self.attempt(op, units, owner, fresh, Some(Arc::clone(&place))),
+        )
+        .await
+        // Dropping `place` here leaves the queue, unless an attempt took the lock (which
+        // removed the place in Redis and disarmed its lease).
+    }
+
+    /// One attempt without queueing: `None` when busy.
+    pub(crate) async fn try_acquire(
+        &self,
+        op: Op,
+        units: u32,
+        owner: OwnerToken,
+        fresh: bool,
+    ) -> Result<Option<Held>> {
+        Ok(match self.attempt(op, units, owner, fresh, None).await? {
+            Attempt::Acquired(held) => Some(held),
+            Attempt::Busy(_) => None,
+        })
+    }
+
+    /// One attempt, in its own task so that it completes even if the caller is cancelled: a
+    /// hold nobody receives is dropped, and so released; a queue place nobody keeps is left.
+    /// With a `place`, a busy attempt queues the owner (or keeps its place).
+    pub(crate) async fn attempt(
+        &self,
+        op: Op,
+        units: u32,
+        owner: OwnerToken,
+        fresh: bool,
+        place: Option<Arc<Place>>,
+    ) -> Result<Attempt<Held>> {
+        let (tx, rx) = oneshot::channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(this.run_attempt(op, units, owner, fresh, place).await);
+        });
+        rx.await.map_err(|_| Error::Protocol {
+            script: "queue_acquire",
+            detail: "the acquisition task stopped without an answer".into(),
+        })?
+    }
+
+    async fn run_attempt(
+        &self,
+        op: Op,
+        units: u32,
+        owner: OwnerToken,
+        fresh: bool,
+        place: Option<Arc<Place>>,
+    ) -> Result<Attempt<Held>> {
+        let inner = &self.client.inner;
+        let field = owner.as_field();
+        let lease = lease_ms(self.lease)?;
+        let patience = inner.config.waiter_timeout();
+        let capacity = if self.family == Family::Semaphore {
+            self.capacity
+        } else {
+            0
+        };
+        let mut invocation = QUEUE_ACQUIRE.prepare_invoke();
+        for key in self.keys.queued() {
+            invocation.key(key);
+        }
+        invocation
+            .key(&self.keys.fence)
+            .arg(self.family.layout())
+            .arg(op.code())
+            .arg(&field)
+            .arg(units)
+            .arg(capacity)
+            .arg(lease)
+            .arg(if place.is_some() { ms(patience) } else { 0 })
+            .arg(ms(FENCE_TTL))
+            .arg(&self.keys.wake);
+        let sent_at = Instant::now();
+        let hold = |op: Op, lease: Duration, renew: bool| {
+            let hold = Hold::new(
+                Kind::Queued(self.family, op),
+                Arc::clone(&self.name),
+                Arc::clone(&self.keys),
+                field.clone(),
+                lease,
+                renew,
+                sent_at,
+            );
+            Lease::new(hold, inner.tasks.clone())
+        };
+        let raw = match inner.node.invoke(&invocation).await {
+            Ok(raw) => raw,
+            Err(err) => {
+                // No answer in time: the script may still run. A new owner's hold, or a queue
+                // place, would then be nobody's: release both (same connection, so after it).
+                if fresh && matches!(&err, Error::Redis(e) if e.is_timeout()) {
+                    drop(hold(op, self.lease, self.renew));
+                    if place.is_some() {
+                        drop(hold(Op::Waiting, patience, true));
+                    }
+                }
+                return Err(err);
+            }
+        };
+        let [lock, holders, queue, timeouts] = self.keys.queued();
+        let keys = [lock, holders, queue, timeouts, self.keys.fence.as_str()];
+        let (status, reply) = Reply::decode("queue_acquire", raw, &keys, self.family.layout())?;
+        match status {
+            1 => {
+                if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
+                    // Redis removed the place when it granted the hold.
+                    lease.disarm();
+                }
+                let fence = reply.int(1)?;
+                Ok(Attempt::Acquired(Held {
+                    client: self.client.clone(),
+                    owner,
+                    fence: u64::try_from(fence).unwrap_or_default(),
+                    lease: hold(op, self.lease, self.renew),
+                }))
+            }
+            0 => {
+                let (wait, position) = (reply.int(1)?, reply.int(2)?);
+                if let Some(place) = place.as_deref()
+                    && position >= 0
+                {
+                    let mut slot = take(place);
+                    if slot.as_ref().is_none_or(|l| l.hold().is_lost()) {
+                        // First queued, or evicted since (paused past the waiter timeout): the
+                        // script queued us again at the tail.
+                        *slot = Some(hold(Op::Waiting, patience, true));
+                    }
+                }
+                Ok(Attempt::Busy(
+                    u64::try_from(wait).ok().map(Duration::from_millis),
+                ))
+            }
+            -3 => Err(Error::CapacityMismatch {
+                name: self.name.to_string(),
+                ours: self.capacity,
+                theirs: u32::try_from(reply.int(1)?).unwrap_or_default(),
+            }),
+            -4 => Err(Error::Upgrade {
+                name: self.name.to_string(),
+            }),
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+fn take(place: &Place) -> std::sync::MutexGuard<'_, Option<Lease>> {
+    // Every update is one assignment, so a poisoned lock still holds a consistent value.
+    place.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Releases one hold of `hold.owner`, or leaves the queue for a waiter's place.
+pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
+    let Kind::Queued(family, op) = hold.kind else {
+        return Err(Error::Protocol {
+            script: "queue_release",
+            detail: "not a queued hold".into(),
+        });
+    };
+    let mut invocation = QUEUE_RELEASE.prepare_invoke();
+    for key in hold.keys.queued() {
+        invocation.key(key);
+    }
+    invocation
+        .arg(family.layout())
+        .arg(op.code())
+        .arg(&hold.owner)
+        .arg(&hold.keys.wake);
+    let raw = node.invoke(&invocation).await?;
+    let (status, reply) =
+        Reply::decode("queue_release", raw, &hold.keys.queued(), family.layout())?;
+    match status {
+        1..=3 => Ok(()),
+        0 => Err(Error::NotHeld {
+            name: hold.name.to_string(),
+        }),
+        other => Err(reply.unexpected(other)),
+    }
+}
+
+/// Renews a batch of holds and queue places in one script call, each to at least its given ms;
+/// one status per item (see `queue_extend.lua`).
+pub(crate) async fn extend_batch(node: &Node, holds: &[(&Hold, u64)]) -> Result<Vec<i64>> {
+    let mut invocation = QUEUE_EXTEND.prepare_invoke();
+    for (hold, ms) in holds {
+        for key in hold.keys.queued() {
+            invocation.key(key);
+        }
+        let what = if matches!(hold.kind, Kind::Queued(_, Op::Waiting)) {
+            "q"
+        } else {
+            "h"
+        };
+        invocation
+            .arg(hold.kind.layout())
+            .arg(what)
+            .arg(&hold.owner)
+            .arg(*ms);
+    }
+    let raw = node.invoke(&invocation).await?;
+    statuses("queue_extend", raw, holds.len())
+}

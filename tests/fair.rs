@@ -1,0 +1,246 @@
+//! FairMutex: strict FIFO across clients, eviction of dead and cancelled waiters, guard powers,
+//! nothing left behind.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlatch::{Error, LockKind};
+use support::{TestRedis, crashing, until, within};
+use tokio::sync::Mutex as LocalMutex;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn waiters_acquire_in_the_order_they_queued() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| redis.client()).collect();
+        let holder = clients[0]
+            .fair_mutex("order")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let order = Arc::new(LocalMutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            // Waiters spread over four clients, queued one at a time.
+            let mutex = clients[i % 4].fair_mutex("order").unwrap();
+            let order = Arc::clone(&order);
+            tasks.push(tokio::spawn(async move {
+                let guard = mutex.lock().await.unwrap();
+                order.lock().await.push(i);
+                guard.unlock().await.unwrap();
+            }));
+            until(|| async { redis.queued(&clients[0], "order").await == i + 1 }).await;
+        }
+        holder.unlock().await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().await, (0..8).collect::<Vec<_>>());
+        assert!(
+            redis.leftovers().await.is_empty(),
+            "{:?}",
+            redis.leftovers().await
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_wait_leaves_the_queue_at_once() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (a, b) = (redis.client(), redis.client());
+        let holder = a.fair_mutex("cancel").unwrap().lock().await.unwrap();
+        let quitter = tokio::spawn({
+            let m = b.fair_mutex("cancel").unwrap();
+            async move { m.lock().await.map(drop) }
+        });
+        until(|| async { redis.queued(&a, "cancel").await == 1 }).await;
+        let next = tokio::spawn({
+            let m = a.fair_mutex("cancel").unwrap();
+            async move { m.lock().await.unwrap() }
+        });
+        until(|| async { redis.queued(&a, "cancel").await == 2 }).await;
+        quitter.abort();
+        // Its place goes with the future, long before any eviction (30 s by default).
+        until(|| async { redis.queued(&a, "cancel").await == 1 }).await;
+        holder.unlock().await.unwrap();
+        let guard = next.await.unwrap();
+        assert!(guard.is_held());
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_dead_waiter_is_evicted_after_its_timeout() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let live = redis.client();
+        let holder = live.fair_mutex("dead").unwrap().lock().await.unwrap();
+        // A waiter queues from a process that then dies: nobody removes or renews its place.
+        crashing(|| async {
+            let client = redis
+                .builder()
+                .waiter_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap();
+            let m = client.fair_mutex("dead").unwrap();
+            tokio::spawn(async move { m.lock().await });
+            until(|| async { redis.queued(&client, "dead").await == 1 }).await;
+        });
+        let next = tokio::spawn({
+            let m = live.fair_mutex("dead").unwrap();
+            async move { m.lock().await.unwrap() }
+        });
+        until(|| async { redis.queued(&live, "dead").await == 2 }).await;
+        // The release wakes the dead head; the live waiter behind it gets the lock once the
+        // dead one's place runs out, not after minutes and not never.
+        holder.unlock().await.unwrap();
+        let guard = next.await.unwrap();
+        let snapshot = live.inspect("dead").await.unwrap();
+        assert_eq!(snapshot.waiters.len(), 0);
+        assert_eq!(snapshot.holders.len(), 1);
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_burst_is_exact_and_leaves_nothing_behind() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| redis.client()).collect();
+        let key = redis.lock_key("counter-fair") + ":value";
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let mutex = clients[t % 4].fair_mutex("burst").unwrap();
+            let mut conn = redis.conn().await;
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..50 {
+                    let guard = mutex.lock().await.unwrap();
+                    let v: Option<u64> = redis::cmd("GET")
+                        .arg(&key)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut conn = redis.conn().await;
+        let v: u64 = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(v, 800);
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            redis.leftovers().await.is_empty(),
+            "{:?}",
+            redis.leftovers().await
+        );
+        assert_eq!(clients[0].inspect("burst").await.unwrap().kind, None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fair_guards_reenter_fence_and_notice_loss() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let other = redis.client();
+        let mutex = client.fair_mutex("powers").unwrap();
+        let first = mutex.lock().await.unwrap();
+        let t1 = first.fencing_token();
+        let inner = first.reenter().await.unwrap();
+        assert_eq!(inner.fencing_token(), t1);
+        let snapshot = client.inspect("powers").await.unwrap();
+        assert_eq!(snapshot.kind, Some(LockKind::FairMutex));
+        assert_eq!(snapshot.holders[0].exclusive_holds, 2);
+        assert_eq!(snapshot.holders[0].id, first.owner().short_id());
+        assert_eq!(snapshot.last_fencing_token, Some(t1));
+        assert!(
+            other
+                .fair_mutex("powers")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // Across processes, by token.
+        let carried = other
+            .fair_mutex("powers")
+            .unwrap()
+            .lock_as(first.owner())
+            .await
+            .unwrap();
+        carried.unlock().await.unwrap();
+        inner.unlock().await.unwrap();
+        first.unlock().await.unwrap();
+        let second = mutex.lock().await.unwrap();
+        assert!(second.fencing_token() > t1);
+        // The same name cannot be used as a plain mutex meanwhile.
+        assert!(matches!(
+            client.mutex("powers").unwrap().try_lock().await,
+            Err(Error::Layout { .. })
+        ));
+        // Deleted behind its back: the next renewal notices.
+        let lost = second.lost();
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{}:holders", redis.lock_key("powers")))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        second.extend(Duration::from_secs(5)).await.unwrap_err();
+        lost.await;
+        assert!(!second.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_timed_out_wait_leaves_no_place_behind() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let holder = client.fair_mutex("timeout").unwrap().lock().await.unwrap();
+        let err = client
+            .fair_mutex("timeout")
+            .unwrap()
+            .lock_timeout(Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }));
+        until(|| async { redis.queued(&client, "timeout").await == 0 }).await;
+        holder.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
