@@ -183,7 +183,7 @@ mod tests {
             (&*MUTEX_ACQUIRE, "08f29ab2eeec66ee4e8d1ee8742240146e0e0856"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "0d9a78815ba2abcb6267972ebf9abb59cc9724ac"),
+            (&*QUEUE_ACQUIRE, "9e9ea9b711dc0e2499b33147a209816653783ca2"),
             (&*QUEUE_RELEASE, "de12f981edcfb7422423edfc5547647df8680496"),
             (&*QUEUE_EXTEND, "624bf94d56797d0008c8679b37db0a2bfbd4d5f4"),
             (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),

@@ -11,11 +11,14 @@ use support::{TestRedis, crashing, until, within};
 use tokio::sync::Mutex as LocalMutex;
 
 const LIMIT: Duration = Duration::from_secs(60);
+/// Shorter than the 30 s lease: a lost wake-up makes a waiter sit out a whole lease (its
+/// fallback timer), so a test bounded by this fails instead of passing slowly.
+const NO_LOST_WAKEUPS: Duration = Duration::from_secs(25);
 
 #[tokio::test]
 async fn waiters_acquire_in_the_order_they_queued() {
     let redis = TestRedis::new();
-    within(LIMIT, async {
+    within(NO_LOST_WAKEUPS, async {
         let clients: Vec<_> = (0..4).map(|_| redis.client()).collect();
         let holder = clients[0]
             .fair_mutex("order")
@@ -53,7 +56,7 @@ async fn waiters_acquire_in_the_order_they_queued() {
 #[tokio::test]
 async fn a_cancelled_wait_leaves_the_queue_at_once() {
     let redis = TestRedis::new();
-    within(LIMIT, async {
+    within(NO_LOST_WAKEUPS, async {
         let (a, b) = (redis.client(), redis.client());
         let holder = a.fair_mutex("cancel").unwrap().lock().await.unwrap();
         let quitter = tokio::spawn({
@@ -81,7 +84,7 @@ async fn a_cancelled_wait_leaves_the_queue_at_once() {
 #[tokio::test]
 async fn a_dead_waiter_is_evicted_after_its_timeout() {
     let redis = TestRedis::new();
-    within(LIMIT, async {
+    within(NO_LOST_WAKEUPS, async {
         let live = redis.client();
         let holder = live.fair_mutex("dead").unwrap().lock().await.unwrap();
         // A waiter queues from a process that then dies: nobody removes or renews its place.
@@ -116,7 +119,7 @@ async fn a_dead_waiter_is_evicted_after_its_timeout() {
 #[tokio::test]
 async fn a_burst_is_exact_and_leaves_nothing_behind() {
     let redis = TestRedis::new();
-    within(LIMIT, async {
+    within(NO_LOST_WAKEUPS, async {
         let clients: Vec<_> = (0..4).map(|_| redis.client()).collect();
         let key = redis.lock_key("counter-fair") + ":value";
         let mut tasks = Vec::new();

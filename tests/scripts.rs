@@ -150,3 +150,39 @@ async fn foreign_data_gives_typed_errors_and_is_left_alone() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_retried_permit_release_is_refused_and_frees_nothing() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        let client = redis.client();
+        let sem = client.semaphore("retried", 2).unwrap();
+        let permit = sem.acquire().await.unwrap();
+        let other = sem.acquire().await.unwrap();
+        // The release a network retry would send twice, run by hand.
+        let script = redis::Script::new(concat!(
+            include_str!("../lua/v1/queue_lib.lua"),
+            include_str!("../lua/v1/queue_release.lua")
+        ));
+        let key = redis.lock_key("retried");
+        let mut release = script.prepare_invoke();
+        for k in ["", ":holders", ":queue", ":timeouts"] {
+            release.key(format!("{key}{k}"));
+        }
+        release
+            .arg("semaphore:1")
+            .arg("s")
+            .arg(permit.id().to_string())
+            .arg(format!("{key}:wake"));
+        let mut conn = redis.conn().await;
+        let first: Vec<i64> = release.invoke_async(&mut conn).await.unwrap();
+        let second: Vec<i64> = release.invoke_async(&mut conn).await.unwrap();
+        assert_eq!((first, second), (vec![2], vec![0]));
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
+        assert!(matches!(permit.release().await, Err(Error::NotHeld { .. })));
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
+        other.release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 2);
+    })
+    .await;
+}

@@ -28,20 +28,6 @@ async fn subscribed(redis: &TestRedis, name: &str) {
     }
 }
 
-/// Waits until the waiters have gone quiet: the count of script calls stops moving for a while
-/// (only meaningful while no lease is short enough to be renewed meanwhile).
-async fn settle(redis: &TestRedis) -> u64 {
-    let mut last = redis.calls("evalsha").await;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = redis.calls("evalsha").await;
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-}
-
 #[tokio::test]
 async fn a_release_wakes_a_waiter_long_before_the_lease_would_end() {
     let redis = TestRedis::own();
@@ -98,13 +84,13 @@ async fn one_release_wakes_one_local_waiter_and_waiters_do_not_poll() {
                 g.unlock().await.unwrap();
             }));
         }
-        let before = settle(&redis).await;
+        let before = redis.settle().await;
         // Idle waiters cost nothing: no attempts while the holder keeps its lease.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(redis.calls("evalsha").await, before, "idle waiters polled");
         guard.unlock().await.unwrap();
         // Exactly one waiter wins; the rest stay asleep.
-        let after = settle(&redis).await;
+        let after = redis.settle().await;
         // The release itself plus one acquire attempt.
         assert_eq!(after - before, 2, "a release set off more than one retry");
         assert_eq!(order.lock().unwrap().len(), 1);

@@ -67,19 +67,26 @@ if op == 'r' and (reads or writer == owner) then
 end
 if op == 'w' and reads then return {-4} end
 
+-- A caller may take it when it is in the grantable head of the queue. A newcomer facing an
+-- empty queue only needs the lock or permits to be free; facing a queue, it takes its place at
+-- the tail first: it may still fit (spare permits, readers), and then it goes at once.
 local may
-if redis.call('ZSCORE', s.q, owner) then
-  may = false
-  for _, o in ipairs(grantable(s)) do
-    if o == owner then may = true end
-  end
-elseif redis.call('ZCARD', s.q) == 0 then
+local added = false
+if not redis.call('ZSCORE', s.q, owner) and redis.call('ZCARD', s.q) == 0 then
   local used = tonumber(redis.call('HGET', s.m, '~used')) or 0
   if op == 's' then may = used + units <= cap
   elseif op == 'r' then may = not writer
   else may = (not writer) and used == 0 end
 else
+  if not redis.call('ZSCORE', s.q, owner) then
+    redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
+    redis.call('HSET', s.m, 'q:' .. owner, op .. units)
+    added = true
+  end
   may = false
+  for _, o in ipairs(grantable(s)) do
+    if o == owner then may = true end
+  end
 end
 
 if may then
@@ -110,6 +117,9 @@ if patience > 0 then
   end
   redis.call('ZADD', s.t, now + patience, owner)
   pos = redis.call('ZRANK', s.q, owner)
+elseif added then
+  -- A try that does not queue leaves no place behind.
+  drop_waiter(s, owner)
 end
 
 local wait = -1

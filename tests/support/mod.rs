@@ -162,6 +162,20 @@ where
 }
 
 impl TestRedis {
+    /// Waits until clients have gone quiet: the count of script calls stops moving for 200 ms
+    /// (only meaningful while no lease is short enough to be renewed meanwhile). Returns it.
+    pub async fn settle(&self) -> u64 {
+        let mut last = self.calls("evalsha").await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self.calls("evalsha").await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
     /// How many waiters `client` sees queued for `name`.
     pub async fn queued(&self, client: &LockClient, name: &str) -> usize {
         client.inspect(name).await.expect("inspect").waiters.len()

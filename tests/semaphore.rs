@@ -1,0 +1,270 @@
+//! Semaphore: never more holders than permits, leased permits that come back from crashed
+//! holders, refused double and late releases, order for large requests, typed errors.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redlatch::{Error, LockKind, Wants};
+use support::{TestRedis, crashing, until, within};
+use tokio::time::Instant;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// Shorter than the 30 s lease: a lost wake-up makes a waiter sit out a whole lease (its
+/// fallback timer), so a test bounded by this fails instead of passing slowly.
+const NO_LOST_WAKEUPS: Duration = Duration::from_secs(25);
+
+#[tokio::test]
+async fn holders_never_exceed_the_capacity_and_reach_it() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let clients: Vec<_> = (0..4).map(|_| redis.client()).collect();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let sem = clients[t % 4].semaphore("three", 3).unwrap();
+            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..200 {
+                    let permit = sem.acquire().await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 3);
+        let sem = clients[0].semaphore("three", 3).unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 3);
+        assert!(
+            redis.leftovers().await.is_empty(),
+            "{:?}",
+            redis.leftovers().await
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_release_after_the_lease_is_refused_and_frees_nothing() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let other = redis.client();
+        let short = client
+            .semaphore("late", 2)
+            .unwrap()
+            .with_lease(Duration::from_millis(300))
+            .unwrap();
+        let late = short.acquire().await.unwrap();
+        let lost = late.lost();
+        lost.await;
+        // Its permit came back; two others now hold both permits.
+        let sem = other.semaphore("late", 2).unwrap();
+        let a = sem.acquire().await.unwrap();
+        let b = sem.acquire().await.unwrap();
+        assert!(matches!(late.release().await, Err(Error::NotHeld { .. })));
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        assert!(sem.try_acquire().await.unwrap().is_none());
+        a.release().await.unwrap();
+        b.release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 2);
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crashed_holder_loses_its_permit_after_the_lease() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let lease = Duration::from_millis(500);
+        let mut taken = None;
+        crashing(|| async {
+            let client = redis.builder().default_lease(lease).build().unwrap();
+            let permit = client
+                .semaphore("crash", 1)
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap();
+            taken = Some(Instant::now());
+            // Never released and, once the runtime is gone, never renewed.
+            let _ = Box::leak(Box::new(permit));
+        });
+        let taken = taken.unwrap();
+        let client = redis.client();
+        let permit = client
+            .semaphore("crash", 1)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        // Exclusive: not before the crashed holder's lease ran out.
+        assert!(taken.elapsed() >= lease - Duration::from_millis(50));
+        assert!(permit.is_held());
+        permit.release().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_large_request_is_not_starved_by_single_permits() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let (a, b) = (redis.client(), redis.client());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut singles = Vec::new();
+        for t in 0..6 {
+            let sem = [&a, &b][t % 2].semaphore("big", 4).unwrap();
+            let done = Arc::clone(&done);
+            singles.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let permit = sem.acquire().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    permit.release().await.unwrap();
+                    n += 1;
+                }
+                n
+            }));
+        }
+        // The singles keep all four permits busy; the request for four queues behind them and
+        // must still get its turn.
+        until(|| async { a.inspect("big").await.unwrap().waiters.len() >= 2 }).await;
+        let all = b
+            .semaphore("big", 4)
+            .unwrap()
+            .acquire_many(4)
+            .await
+            .unwrap();
+        assert_eq!(all.permits(), 4);
+        let snapshot = a.inspect("big").await.unwrap();
+        assert_eq!(snapshot.permits_in_use, Some(4));
+        assert_eq!(snapshot.holders.len(), 1);
+        done.store(true, Ordering::Relaxed);
+        all.release().await.unwrap();
+        let mut total = 0;
+        for s in singles {
+            total += s.await.unwrap();
+        }
+        assert!(total > 0);
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_release_wakes_only_the_waiters_it_can_satisfy() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let holder = redis.client();
+        let sem = holder.semaphore("wake", 2).unwrap();
+        // Loads the release script, so the count below has no NOSCRIPT retry in it.
+        sem.acquire().await.unwrap().release().await.unwrap();
+        let (p1, p2) = (sem.acquire().await.unwrap(), sem.acquire().await.unwrap());
+        let waiters = redis.client();
+        let acquired = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let sem = waiters.semaphore("wake", 2).unwrap();
+            let acquired = Arc::clone(&acquired);
+            tasks.push(tokio::spawn(async move {
+                let permit = sem.acquire().await.unwrap();
+                acquired.fetch_add(1, Ordering::SeqCst);
+                permit
+            }));
+            until(|| async { redis.queued(&holder, "wake").await == i + 1 }).await;
+        }
+        let before = redis.calls("evalsha").await;
+        p1.release().await.unwrap();
+        until(|| async { acquired.load(Ordering::SeqCst) == 1 }).await;
+        // One release, one attempt by the one waiter it named: nobody else tried.
+        let after = redis.settle().await;
+        assert_eq!(after - before, 2, "{before} -> {after}");
+        let snapshot = holder.inspect("wake").await.unwrap();
+        assert_eq!(snapshot.waiters.len(), 4);
+        assert!(
+            snapshot
+                .waiters
+                .iter()
+                .all(|w| w.wants == Wants::Permits(1))
+        );
+        p2.release().await.unwrap();
+        until(|| async { acquired.load(Ordering::SeqCst) == 2 }).await;
+        for t in tasks.drain(..2) {
+            drop(t.await.unwrap());
+        }
+        for t in &tasks {
+            t.abort();
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_typed_errors() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        assert!(matches!(
+            client.semaphore("bad", 0),
+            Err(Error::InvalidArgument {
+                what: "permits",
+                ..
+            })
+        ));
+        let sem = client.semaphore("bad", 3).unwrap();
+        for n in [0, 4] {
+            assert!(matches!(
+                sem.acquire_many(n).await,
+                Err(Error::InvalidArgument {
+                    what: "permits",
+                    ..
+                })
+            ));
+        }
+        let held = sem.acquire_many(2).await.unwrap();
+        let other = redis.client().semaphore("bad", 5).unwrap();
+        let err = other.acquire().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::CapacityMismatch {
+                    ours: 5,
+                    theirs: 3,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(matches!(
+            other.available_permits().await,
+            Err(Error::CapacityMismatch { .. })
+        ));
+        // Nothing changed: still one holder of two permits.
+        let snapshot = client.inspect("bad").await.unwrap();
+        assert_eq!(snapshot.kind, Some(LockKind::Semaphore));
+        assert_eq!(
+            (snapshot.permits_in_use, snapshot.capacity),
+            (Some(2), Some(3))
+        );
+        assert!(snapshot.waiters.is_empty());
+        assert!(held.fencing_token() > 0);
+        held.release().await.unwrap();
+        assert!(matches!(
+            client.mutex("bad").unwrap().lock().await.map(drop),
+            Ok(())
+        ));
+    })
+    .await;
+}
