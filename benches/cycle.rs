@@ -44,6 +44,7 @@ fn cycle(c: &mut Criterion) {
                     .arg("owner")
                     .arg(30_000)
                     .arg(60_000)
+                    .arg("new")
                     .invoke_async(&mut conn)
                     .await
                     .expect("acquire");

@@ -68,7 +68,7 @@ async fn main() -> AnyResult<()> {
         .get_multiplexed_async_connection()
         .await?;
 
-    let bar = ProgressBar::new(5);
+    let bar = ProgressBar::new(10);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{pos}/{len}] {msg} {elapsed}",
     )?);
@@ -95,11 +95,36 @@ async fn main() -> AnyResult<()> {
     let handoff = handoff(&client, &waiter_client, args.handoffs).await?;
     bar.inc(1);
 
-    bar.set_message("16 tasks on one name");
+    bar.set_message("16 tasks on one Mutex");
     let before = commandstats(&mut conn).await?;
-    let contended = contended(&client, 16, phase).await?;
+    let contended_plain = contended(&client, false, 16, phase).await?;
     let after = commandstats(&mut conn).await?;
-    let requests_per_acq = client_requests(&before, &after) as f64 / contended.acquisitions as f64;
+    let requests_plain =
+        client_requests(&before, &after) as f64 / contended_plain.acquisitions as f64;
+    bar.inc(1);
+
+    bar.set_message("16 tasks on one FairMutex");
+    let before = commandstats(&mut conn).await?;
+    let contended_fair = contended(&client, true, 16, phase).await?;
+    let after = commandstats(&mut conn).await?;
+    let requests_fair =
+        client_requests(&before, &after) as f64 / contended_fair.acquisitions as f64;
+    bar.inc(1);
+
+    bar.set_message("FairMutex order across two clients");
+    let fair_order = fair_order(&client, &waiter_client).await?;
+    bar.inc(1);
+
+    bar.set_message("semaphore, 8 permits, 64 tasks");
+    let before = commandstats(&mut conn).await?;
+    let semaphore = semaphore(&client, &waiter_client, phase).await?;
+    let after = commandstats(&mut conn).await?;
+    let requests_semaphore =
+        client_requests(&before, &after) as f64 / semaphore.acquisitions as f64;
+    bar.inc(1);
+
+    bar.set_message("readers and a writer");
+    let rw = readers_and_writer(&client, &waiter_client).await?;
     bar.inc(1);
     bar.finish_and_clear();
 
@@ -125,17 +150,49 @@ async fn main() -> AnyResult<()> {
         handoff.max()
     );
     println!("16 tasks of one client looping on one name, empty critical section:");
-    println!("  {:.0} acquisitions/s", contended.per_s);
-    println!(
-        "  {:.1}% re-taken by the task that had just released it",
-        contended.retake_share * 100.0
+    println!("                         Mutex   FairMutex");
+    let row = |label: &str, a: String, b: String| println!("  {label:<20} {a:>8}  {b:>10}");
+    let (p, f) = (&contended_plain, &contended_fair);
+    row(
+        "acquisitions/s",
+        format!("{:.0}", p.per_s),
+        format!("{:.0}", f.per_s),
     );
-    println!(
-        "  longest wait {:.1} ms",
-        contended.max_wait.as_secs_f64() * 1000.0
+    row(
+        "re-taken by releaser",
+        format!("{:.1}%", p.retake_share * 100.0),
+        format!("{:.1}%", f.retake_share * 100.0),
     );
-    println!("  Jain's fairness index {:.4}", contended.jain);
-    println!("  {requests_per_acq:.2} Redis requests per acquisition");
+    row(
+        "longest wait",
+        format!("{:.1} ms", p.max_wait.as_secs_f64() * 1000.0),
+        format!("{:.1} ms", f.max_wait.as_secs_f64() * 1000.0),
+    );
+    row(
+        "Jain's index",
+        format!("{:.4}", p.jain),
+        format!("{:.4}", f.jain),
+    );
+    row(
+        "requests/acquisition",
+        format!("{requests_plain:.2}"),
+        format!("{requests_fair:.2}"),
+    );
+    println!("FairMutex, 8 waiters queued in turn over two clients, served in the order:");
+    println!("  {fair_order:?}");
+    println!("semaphore, 8 permits, 64 tasks over two clients, empty critical section:");
+    println!(
+        "  {:.0} acquisitions/s (Mutex uncontended: {cycles_per_s:.0} cycles/s), {requests_semaphore:.2} requests/acquisition",
+        semaphore.per_s
+    );
+    println!("  most permits out at once: {} of 8", semaphore.most);
+    println!("read-write lock, 8 readers streaming over two clients, then a writer:");
+    println!("  most readers at once: {}", rw.most_readers);
+    println!(
+        "  the writer got in after {:.1} ms, overlapping no reader: {}",
+        rw.writer_wait.as_secs_f64() * 1000.0,
+        rw.writer_alone
+    );
 
     if args.json {
         let json = serde_json::json!({
@@ -149,11 +206,25 @@ async fn main() -> AnyResult<()> {
             "handoff_p99_us": handoff.value_at_quantile(0.99),
             "handoff_max_us": handoff.max(),
             "contended_tasks": 16,
-            "contended_acq_per_s": contended.per_s,
-            "contended_retake_share": contended.retake_share,
-            "contended_max_wait_ms": contended.max_wait.as_secs_f64() * 1000.0,
-            "contended_jain": contended.jain,
-            "requests_per_acq": requests_per_acq,
+            "contended_acq_per_s": contended_plain.per_s,
+            "contended_retake_share": contended_plain.retake_share,
+            "contended_max_wait_ms": contended_plain.max_wait.as_secs_f64() * 1000.0,
+            "contended_jain": contended_plain.jain,
+            "requests_per_acq": requests_plain,
+            "fair_acq_per_s": contended_fair.per_s,
+            "fair_retake_share": contended_fair.retake_share,
+            "fair_max_wait_ms": contended_fair.max_wait.as_secs_f64() * 1000.0,
+            "fair_jain": contended_fair.jain,
+            "fair_requests_per_acq": requests_fair,
+            "fair_order": fair_order,
+            "semaphore_permits": 8,
+            "semaphore_tasks": 64,
+            "semaphore_acq_per_s": semaphore.per_s,
+            "semaphore_most_out": semaphore.most,
+            "semaphore_requests_per_acq": requests_semaphore,
+            "rw_most_readers": rw.most_readers,
+            "rw_writer_wait_ms": rw.writer_wait.as_secs_f64() * 1000.0,
+            "rw_writer_alone": rw.writer_alone,
         });
         println!("{json}");
     }
@@ -283,6 +354,7 @@ async fn raw_cycles(pool: &Pool, prefix: &str, phase: Duration) -> AnyResult<f64
                     .arg(&owner)
                     .arg(30_000)
                     .arg(60_000)
+                    .arg("new")
                     .invoke_async(&mut conn)
                     .await?;
                 let _: redis::Value = RELEASE
@@ -368,15 +440,48 @@ struct Contended {
     jain: f64,
 }
 
+/// The two mutexes, for the runs that compare them.
+#[derive(Clone)]
+enum AnyMutex {
+    Plain(redlatch::Mutex),
+    Fair(redlatch::FairMutex),
+}
+
+impl AnyMutex {
+    fn new(client: &LockClient, fair: bool, name: &str) -> AnyResult<Self> {
+        Ok(if fair {
+            Self::Fair(client.fair_mutex(name)?)
+        } else {
+            Self::Plain(client.mutex(name)?)
+        })
+    }
+
+    async fn lock(&self) -> redlatch::Result<redlatch::MutexGuard> {
+        match self {
+            Self::Plain(m) => m.lock().await,
+            Self::Fair(m) => m.lock().await,
+        }
+    }
+}
+
 /// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section.
-async fn contended(client: &LockClient, tasks: usize, phase: Duration) -> AnyResult<Contended> {
+async fn contended(
+    client: &LockClient,
+    fair: bool,
+    tasks: usize,
+    phase: Duration,
+) -> AnyResult<Contended> {
     let stop = Arc::new(AtomicBool::new(false));
     let last = Arc::new(std::sync::Mutex::new(usize::MAX));
     let retakes = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut handles = Vec::new();
     for id in 0..tasks {
-        let mutex = client.mutex("contended")?;
+        let mutex = AnyMutex::new(
+            client,
+            fair,
+            if fair { "contended-fair" } else { "contended" },
+        )?;
         let (stop, last, retakes) = (Arc::clone(&stop), Arc::clone(&last), Arc::clone(&retakes));
         handles.push(tokio::spawn(async move {
             let (mut count, mut max_wait) = (0u64, Duration::ZERO);
@@ -418,6 +523,125 @@ async fn contended(client: &LockClient, tasks: usize, phase: Duration) -> AnyRes
     })
 }
 
+/// Eight tasks over two clients queue on a held `FairMutex` one after another; returns the
+/// order in which they got it.
+async fn fair_order(a: &LockClient, b: &LockClient) -> AnyResult<Vec<usize>> {
+    let holder = a.fair_mutex("order")?.lock().await?;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let mutex = [a, b][i % 2].fair_mutex("order")?;
+        let order = Arc::clone(&order);
+        tasks.push(tokio::spawn(async move {
+            let guard = mutex.lock().await?;
+            order.lock().map_err(|_| "poisoned")?.push(i);
+            guard.unlock().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+        // Queued in turn: wait until Redis shows this waiter in the queue.
+        while a.inspect("order").await?.waiters.len() < i + 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    holder.unlock().await?;
+    for t in tasks {
+        t.await??;
+    }
+    let order = order.lock().map_err(|_| "poisoned")?.clone();
+    Ok(order)
+}
+
+struct SemaphoreRun {
+    acquisitions: u64,
+    per_s: f64,
+    most: usize,
+}
+
+/// 64 tasks over two clients loop acquire/release on one semaphore of 8 permits.
+async fn semaphore(a: &LockClient, b: &LockClient, phase: Duration) -> AnyResult<SemaphoreRun> {
+    let out = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let sems = Arc::new([a.semaphore("permits", 8)?, b.semaphore("permits", 8)?]);
+    let count = Arc::new(AtomicU64::new(0));
+    let (cycle_count, cycle_most) = (Arc::clone(&count), Arc::clone(&most));
+    let per_s = per_second(
+        64,
+        phase,
+        Arc::new(move |task| {
+            let (sem, out, most, count) = (
+                sems[task % 2].clone(),
+                Arc::clone(&out),
+                Arc::clone(&cycle_most),
+                Arc::clone(&cycle_count),
+            );
+            Box::pin(async move {
+                let permit = sem.acquire().await?;
+                let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                out.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await?;
+                count.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+        }),
+    )
+    .await?;
+    Ok(SemaphoreRun {
+        acquisitions: count.load(Ordering::Relaxed),
+        per_s,
+        most: most_of(&most),
+    })
+}
+
+fn most_of(a: &AtomicU64) -> usize {
+    a.load(Ordering::SeqCst) as usize
+}
+
+struct RwRun {
+    most_readers: usize,
+    writer_wait: Duration,
+    writer_alone: bool,
+}
+
+/// Eight readers over two clients keep the lock read-held (each holds 2 ms, in a loop); then a
+/// writer asks. It gets in once the readers ahead of it are done, and new readers wait.
+async fn readers_and_writer(a: &LockClient, b: &LockClient) -> AnyResult<RwRun> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for t in 0..8 {
+        let lock = [a, b][t % 2].rwlock("rw")?;
+        let (stop, inside, most) = (Arc::clone(&stop), Arc::clone(&inside), Arc::clone(&most));
+        readers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = lock.read().await?;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    let writer = b.rwlock("rw")?.write().await?;
+    let writer_wait = asked.elapsed();
+    let writer_alone = inside.load(Ordering::SeqCst) == 0;
+    writer.unlock().await?;
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.await??;
+    }
+    Ok(RwRun {
+        most_readers: most_of(&most),
+        writer_wait,
+        writer_alone,
+    })
+}
+
 /// `INFO commandstats` as command → calls.
 async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
     let info: String = redis::cmd("INFO")
@@ -441,15 +665,29 @@ async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<Str
 }
 
 /// Requests that clients sent between two snapshots: every command except those our scripts
-/// run internally (Redis counts those as calls too) and the INFO of the measurement itself.
+/// run internally (Redis counts those as calls too; the list is read from the scripts) and
+/// the INFO of the measurement itself.
 fn client_requests(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
-    const INSIDE_SCRIPTS: &[&str] = &[
-        "type", "hget", "hset", "hexists", "hincrby", "pexpire", "pttl", "time", "get", "set",
-        "del", "publish", "info",
+    const SCRIPTS: &[&str] = &[
+        include_str!("../lua/v1/mutex_acquire.lua"),
+        include_str!("../lua/v1/mutex_release.lua"),
+        include_str!("../lua/v1/mutex_extend.lua"),
+        include_str!("../lua/v1/queue_lib.lua"),
+        include_str!("../lua/v1/queue_acquire.lua"),
+        include_str!("../lua/v1/queue_release.lua"),
+        include_str!("../lua/v1/queue_extend.lua"),
+        include_str!("../lua/v1/inspect.lua"),
     ];
+    let inside: std::collections::HashSet<String> = SCRIPTS
+        .iter()
+        .flat_map(|src| src.split("redis.call('").skip(1))
+        .filter_map(|rest| rest.split('\'').next())
+        .map(str::to_lowercase)
+        .chain(["info".to_owned()])
+        .collect();
     after
         .iter()
-        .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
+        .filter(|(name, _)| !inside.contains(name.as_str()))
         .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
         .sum()
 }

@@ -98,6 +98,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// The request may have run in Redis, but its answer never came back.
+    pub(crate) fn is_lost_answer(&self) -> bool {
+        matches!(self, Self::Redis(e)
+            if e.is_timeout() || e.is_connection_dropped() || e.is_io_error())
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             what,

@@ -10,7 +10,7 @@ use crate::lease::{Family, Held, Op};
 use crate::mutex::MutexGuard;
 use crate::queue::Queued;
 use crate::token::OwnerToken;
-use crate::wait::Attempt;
+use crate::wait::{Attempt, Claim};
 
 /// A distributed, reentrant mutex that serves its waiters first come, first served, across
 /// every client and process.
@@ -118,7 +118,7 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn lock(&self) -> Result<MutexGuard> {
-        self.acquire(OwnerToken::new(), true, None).await
+        self.acquire(OwnerToken::new(), Claim::New, None).await
     }
 
     /// As [`lock`](Self::lock), leaving the queue with
@@ -142,7 +142,8 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
-        self.acquire(OwnerToken::new(), true, Some(timeout)).await
+        self.acquire(OwnerToken::new(), Claim::New, Some(timeout))
+            .await
     }
 
     /// Takes the lock only if it is free and nobody is queued for it, in one round trip.
@@ -167,7 +168,7 @@ impl FairMutex {
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
         let held = self
             .inner
-            .try_acquire(Op::Exclusive, 1, OwnerToken::new(), true)
+            .try_acquire(Op::Exclusive, 1, OwnerToken::new(), Claim::New)
             .await?;
         Ok(held.map(|held| self.guard(held)))
     }
@@ -193,7 +194,7 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn lock_as(&self, owner: &OwnerToken) -> Result<MutexGuard> {
-        self.acquire(*owner, false, None).await
+        self.acquire(*owner, Claim::As, None).await
     }
 
     /// As [`lock_as`](Self::lock_as), without waiting: `Ok(None)` if another owner holds it or
@@ -214,18 +215,22 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
-        Ok(match self.attempt_as(*owner).await? {
+        Ok(match self.attempt_as(*owner, Claim::As).await? {
             Attempt::Acquired(guard) => Some(guard),
             Attempt::Busy(_) => None,
         })
     }
 
     /// One attempt for `owner`, without queueing (re-entry never queues).
-    pub(crate) async fn attempt_as(&self, owner: OwnerToken) -> Result<Attempt<MutexGuard>> {
+    pub(crate) async fn attempt_as(
+        &self,
+        owner: OwnerToken,
+        claim: Claim,
+    ) -> Result<Attempt<MutexGuard>> {
         Ok(
             match self
                 .inner
-                .attempt(Op::Exclusive, 1, owner, false, None)
+                .attempt(Op::Exclusive, 1, owner, claim, None)
                 .await?
             {
                 Attempt::Acquired(held) => Attempt::Acquired(self.guard(held)),
@@ -237,12 +242,12 @@ impl FairMutex {
     async fn acquire(
         &self,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<MutexGuard> {
         let held = self
             .inner
-            .acquire(Op::Exclusive, 1, owner, fresh, timeout)
+            .acquire(Op::Exclusive, 1, owner, claim, timeout)
             .await?;
         Ok(self.guard(held))
     }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -16,7 +17,7 @@ use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Kind, Lease, Lost};
 use crate::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_LAYOUT, MUTEX_RELEASE, Reply, statuses};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, Queueing, wait_for};
+use crate::wait::{Attempt, Claim, Queueing, noting_lost_answers, wait_for};
 
 /// A distributed, reentrant mutual-exclusion lock, named in Redis.
 ///
@@ -135,7 +136,7 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
     pub async fn lock(&self) -> Result<MutexGuard> {
-        self.acquire(OwnerToken::new(), true, None).await
+        self.acquire(OwnerToken::new(), Claim::New, None).await
     }
 
     /// As [`lock`](Self::lock), giving up with [`Error::Timeout`] after `timeout`.
@@ -161,7 +162,8 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
-        self.acquire(OwnerToken::new(), true, Some(timeout)).await
+        self.acquire(OwnerToken::new(), Claim::New, Some(timeout))
+            .await
     }
 
     /// Acquires the lock if it is free, in one round trip. `Ok(None)` means another owner holds
@@ -184,7 +186,12 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        Ok(match self.attempt(OwnerToken::new(), true).await? {
+        let owner = OwnerToken::new();
+        let attempt = match self.attempt(owner, Claim::New).await {
+            Err(err) if err.is_lost_answer() => self.abandon_on_error(owner, Claim::New, Err(err)),
+            other => other,
+        };
+        Ok(match attempt? {
             Attempt::Acquired(guard) => Some(guard),
             Attempt::Busy(_) => None,
         })
@@ -215,7 +222,7 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.name))]
     pub async fn lock_as(&self, owner: &OwnerToken) -> Result<MutexGuard> {
-        self.acquire(*owner, false, None).await
+        self.acquire(*owner, Claim::As, None).await
     }
 
     /// As [`lock_as`](Self::lock_as), without waiting: `Ok(None)` if another owner holds it.
@@ -235,7 +242,7 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
     pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
-        Ok(match self.attempt(*owner, false).await? {
+        Ok(match self.attempt(*owner, Claim::As).await? {
             Attempt::Acquired(guard) => Some(guard),
             Attempt::Busy(_) => None,
         })
@@ -244,28 +251,44 @@ impl Mutex {
     async fn acquire(
         &self,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<MutexGuard> {
         let inner = &self.client.inner;
-        wait_for(
+        let unanswered = AtomicBool::new(false);
+        let result = wait_for(
             &inner.node,
             &inner.config,
             &self.keys.wake,
             Queueing::Local,
             timeout,
-            || self.attempt(owner, fresh),
+            || noting_lost_answers(&unanswered, self.attempt(owner, claim)),
         )
-        .await
+        .await;
+        if unanswered.load(Ordering::Relaxed) {
+            self.abandon_on_error(owner, claim, result)
+        } else {
+            result
+        }
     }
 
     /// One acquisition attempt. It runs in its own task so that it completes even if the caller
     /// is cancelled: an acquired hold nobody receives is dropped, and so released.
-    async fn attempt(&self, owner: OwnerToken, fresh: bool) -> Result<Attempt<MutexGuard>> {
+    pub(crate) async fn attempt(
+        &self,
+        owner: OwnerToken,
+        claim: Claim,
+    ) -> Result<Attempt<MutexGuard>> {
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         tokio::spawn(async move {
-            let _ = tx.send(this.run_acquire(owner, fresh).await);
+            let result = this.run_acquire(owner, claim).await;
+            if let Err(Err(err)) = tx.send(result)
+                && err.is_lost_answer()
+            {
+                // The caller is gone: nobody else will clean up after a lost answer.
+                let _ = this.abandon_on_error::<()>(owner, claim, Err(err));
+            }
         });
         rx.await.map_err(|_| Error::Protocol {
             script: "mutex_acquire",
@@ -273,7 +296,30 @@ impl Mutex {
         })?
     }
 
-    async fn run_acquire(&self, owner: OwnerToken, fresh: bool) -> Result<Attempt<MutexGuard>> {
+    /// A new owner's acquisition ends in an error after an attempt may have been granted
+    /// without its answer arriving (a retry with [`Claim::New`] would have picked such a hold
+    /// up, but there was none): release whatever the owner may hold, in the background.
+    fn abandon_on_error<T>(&self, owner: OwnerToken, claim: Claim, result: Result<T>) -> Result<T> {
+        if result.is_err() && claim == Claim::New {
+            let hold = self.hold(owner.as_field(), Instant::now());
+            drop(Lease::new(hold, self.client.inner.tasks.clone()));
+        }
+        result
+    }
+
+    fn hold(&self, field: String, sent_at: Instant) -> Hold {
+        Hold::new(
+            Kind::Mutex,
+            Arc::clone(&self.name),
+            Arc::clone(&self.keys),
+            field,
+            self.lease,
+            self.renew,
+            sent_at,
+        )
+    }
+
+    async fn run_acquire(&self, owner: OwnerToken, claim: Claim) -> Result<Attempt<MutexGuard>> {
         let inner = &self.client.inner;
         let field = owner.as_field();
         let lease = lease_ms(self.lease)?;
@@ -286,37 +332,16 @@ impl Mutex {
                     .key(&self.keys.fence)
                     .arg(&field)
                     .arg(lease)
-                    .arg(FENCE_TTL.as_millis() as u64),
+                    .arg(FENCE_TTL.as_millis() as u64)
+                    .arg(claim.code()),
             )
-            .await;
-        let hold = |field: String| {
-            Hold::new(
-                Kind::Mutex,
-                Arc::clone(&self.name),
-                Arc::clone(&self.keys),
-                field,
-                self.lease,
-                self.renew,
-                sent_at,
-            )
-        };
-        let raw = match raw {
-            Ok(raw) => raw,
-            Err(err) => {
-                // No answer in time: the script may still run. A new owner's hold would then
-                // be nobody's, so release it (same connection, so it runs after the attempt).
-                if fresh && matches!(&err, Error::Redis(e) if e.is_timeout()) {
-                    drop(Lease::new(hold(field), inner.tasks.clone()));
-                }
-                return Err(err);
-            }
-        };
+            .await?;
         let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
         let (status, reply) = Reply::decode("mutex_acquire", raw, &keys, MUTEX_LAYOUT)?;
         match status {
             1 => {
                 let fence = reply.int(1)?;
-                let lease = Lease::new(hold(field), inner.tasks.clone());
+                let lease = Lease::new(self.hold(field, sent_at), inner.tasks.clone());
                 Ok(Attempt::Acquired(MutexGuard {
                     held: Held {
                         client: self.client.clone(),
@@ -520,8 +545,8 @@ impl MutexGuard {
         }
         let owner = self.held.owner;
         let again = match &self.source {
-            Source::Plain(mutex) => mutex.attempt(owner, false).await?,
-            Source::Fair(mutex) => mutex.attempt_as(owner).await?,
+            Source::Plain(mutex) => mutex.attempt(owner, Claim::Again).await?,
+            Source::Fair(mutex) => mutex.attempt_as(owner, Claim::Again).await?,
         };
         match again {
             Attempt::Acquired(guard) => Ok(guard),

@@ -120,8 +120,14 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn set_all(&self, state: SubState) {
-        for channel in self.channels().values() {
+    /// Sets the state of the `names` channels (all, if `None`) and wakes all their waiters.
+    fn set(&self, names: Option<&[String]>, state: SubState) {
+        let channels = self.channels();
+        let chosen: Vec<&Arc<Channel>> = match names {
+            Some(names) => names.iter().filter_map(|n| channels.get(n)).collect(),
+            None => channels.values().collect(),
+        };
+        for channel in chosen {
             channel.state.send_replace(state);
             channel.queue().wake_all();
         }
@@ -333,8 +339,10 @@ async fn run(
         }
         retry = Duration::from_millis(10);
         shared.connected.store(true, Ordering::Release);
-        // Anything released while we were away went unheard: everyone looks again.
-        shared.set_all(SubState::Active);
+        // Anything released while we were away went unheard: everyone looks again. Channels
+        // added since `names` was read are not subscribed yet: their own SUBSCRIBE, queued in
+        // `commands`, marks them.
+        shared.set(Some(&names), SubState::Active);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         loop {
             tokio::select! {
@@ -363,7 +371,7 @@ async fn run(
         }
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         shared.connected.store(false, Ordering::Release);
-        shared.set_all(SubState::Down);
+        shared.set(None, SubState::Down);
     }
 }
 

@@ -16,6 +16,7 @@
 //! [`RwLock`]: crate::RwLock
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use crate::key::LockKeys;
 use crate::lease::{Family, Held, Hold, Kind, Lease, Op};
 use crate::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, Reply, statuses};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, Queueing, wait_for};
+use crate::wait::{Attempt, Claim, Queueing, noting_lost_answers, wait_for};
 
 /// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
 /// it is left only when the last of them is done with it.
@@ -89,30 +90,37 @@ impl Queued {
     }
 
     /// Acquires `units` of `op` for `owner`, queueing in Redis and waiting up to `timeout`.
-    /// `fresh` is true when the owner token was made for this call (no hold can exist yet).
     pub(crate) async fn acquire(
         &self,
         op: Op,
         units: u32,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<Held> {
         let inner = &self.client.inner;
         let id = owner.as_field();
         let place: Arc<Place> = Arc::default();
         let queueing = Queueing::Server { id: &id };
-        wait_for(
+        let unanswered = AtomicBool::new(false);
+        let result = wait_for(
             &inner.node,
             &inner.config,
             &self.keys.wake,
             queueing,
             timeout,
-            || self.attempt(op, units, owner, fresh, Some(Arc::clone(&place))),
+            || {
+                let attempt = self.attempt(op, units, owner, claim, Some(Arc::clone(&place)));
+                noting_lost_answers(&unanswered, attempt)
+            },
         )
-        .await
-        // Dropping `place` here leaves the queue, unless an attempt took the lock (which
-        // removed the place in Redis and disarmed its lease).
+        .await;
+        // Dropping `place` leaves the queue, unless an attempt took the lock (which removed
+        // the place in Redis and disarmed its lease).
+        if result.is_err() && unanswered.load(Ordering::Relaxed) {
+            self.abandon(op, owner, claim, true);
+        }
+        result
     }
 
     /// One attempt without queueing: `None` when busy.
@@ -121,9 +129,13 @@ impl Queued {
         op: Op,
         units: u32,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
     ) -> Result<Option<Held>> {
-        Ok(match self.attempt(op, units, owner, fresh, None).await? {
+        let attempt = self.attempt(op, units, owner, claim, None).await;
+        if matches!(&attempt, Err(err) if err.is_lost_answer()) {
+            self.abandon(op, owner, claim, false);
+        }
+        Ok(match attempt? {
             Attempt::Acquired(held) => Some(held),
             Attempt::Busy(_) => None,
         })
@@ -137,13 +149,20 @@ impl Queued {
         op: Op,
         units: u32,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         place: Option<Arc<Place>>,
     ) -> Result<Attempt<Held>> {
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         tokio::spawn(async move {
-            let _ = tx.send(this.run_attempt(op, units, owner, fresh, place).await);
+            let queueing = place.is_some();
+            let result = this.run_attempt(op, units, owner, claim, place).await;
+            if let Err(Err(err)) = tx.send(result)
+                && err.is_lost_answer()
+            {
+                // The caller is gone: nobody else will clean up after a lost answer.
+                this.abandon(op, owner, claim, queueing);
+            }
         });
         rx.await.map_err(|_| Error::Protocol {
             script: "queue_acquire",
@@ -151,12 +170,47 @@ impl Queued {
         })?
     }
 
+    /// A new owner's acquisition ends in an error after an attempt may have been granted, or
+    /// queued, without its answer arriving: release whatever the owner may hold and leave the
+    /// queue, in the background (what does not exist is refused harmlessly).
+    fn abandon(&self, op: Op, owner: OwnerToken, claim: Claim, queued: bool) {
+        if claim != Claim::New {
+            return;
+        }
+        let tasks = &self.client.inner.tasks;
+        let now = Instant::now();
+        drop(Lease::new(
+            self.hold(op, &owner, self.lease, now),
+            tasks.clone(),
+        ));
+        if queued {
+            let patience = self.client.inner.config.waiter_timeout();
+            drop(Lease::new(
+                self.hold(Op::Waiting, &owner, patience, now),
+                tasks.clone(),
+            ));
+        }
+    }
+
+    fn hold(&self, op: Op, owner: &OwnerToken, lease: Duration, sent_at: Instant) -> Hold {
+        let renew = if op == Op::Waiting { true } else { self.renew };
+        Hold::new(
+            Kind::Queued(self.family, op),
+            Arc::clone(&self.name),
+            Arc::clone(&self.keys),
+            owner.as_field(),
+            lease,
+            renew,
+            sent_at,
+        )
+    }
+
     async fn run_attempt(
         &self,
         op: Op,
         units: u32,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         place: Option<Arc<Place>>,
     ) -> Result<Attempt<Held>> {
         let inner = &self.client.inner;
@@ -182,34 +236,13 @@ impl Queued {
             .arg(lease)
             .arg(if place.is_some() { ms(patience) } else { 0 })
             .arg(ms(FENCE_TTL))
-            .arg(&self.keys.wake);
+            .arg(&self.keys.wake)
+            .arg(claim.code());
         let sent_at = Instant::now();
-        let hold = |op: Op, lease: Duration, renew: bool| {
-            let hold = Hold::new(
-                Kind::Queued(self.family, op),
-                Arc::clone(&self.name),
-                Arc::clone(&self.keys),
-                field.clone(),
-                lease,
-                renew,
-                sent_at,
-            );
-            Lease::new(hold, inner.tasks.clone())
+        let lease = |op: Op, lease: Duration| {
+            Lease::new(self.hold(op, &owner, lease, sent_at), inner.tasks.clone())
         };
-        let raw = match inner.node.invoke(&invocation).await {
-            Ok(raw) => raw,
-            Err(err) => {
-                // No answer in time: the script may still run. A new owner's hold, or a queue
-                // place, would then be nobody's: release both (same connection, so after it).
-                if fresh && matches!(&err, Error::Redis(e) if e.is_timeout()) {
-                    drop(hold(op, self.lease, self.renew));
-                    if place.is_some() {
-                        drop(hold(Op::Waiting, patience, true));
-                    }
-                }
-                return Err(err);
-            }
-        };
+        let raw = inner.node.invoke(&invocation).await?;
         let [lock, holders, queue, timeouts] = self.keys.queued();
         let keys = [lock, holders, queue, timeouts, self.keys.fence.as_str()];
         let (status, reply) = Reply::decode("queue_acquire", raw, &keys, self.family.layout())?;
@@ -224,7 +257,7 @@ impl Queued {
                     client: self.client.clone(),
                     owner,
                     fence: u64::try_from(fence).unwrap_or_default(),
-                    lease: hold(op, self.lease, self.renew),
+                    lease: lease(op, self.lease),
                 }))
             }
             0 => {
@@ -236,7 +269,7 @@ impl Queued {
                     if slot.as_ref().is_none_or(|l| l.hold().is_lost()) {
                         // First queued, or evicted since (paused past the waiter timeout): the
                         // script queued us again at the tail.
-                        *slot = Some(hold(Op::Waiting, patience, true));
+                        *slot = Some(lease(Op::Waiting, patience));
                     }
                 }
                 Ok(Attempt::Busy(

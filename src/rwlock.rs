@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::lease::{Family, Held, Lost, Op};
 use crate::queue::Queued;
 use crate::token::OwnerToken;
-use crate::wait::Attempt;
+use crate::wait::{Attempt, Claim};
 
 /// A distributed read-write lock: any number of readers, or one writer.
 ///
@@ -113,7 +113,7 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.read", skip_all, fields(lock = %self.inner.name))]
     pub async fn read(&self) -> Result<RwLockReadGuard> {
-        self.acquire_read(OwnerToken::new(), true, None).await
+        self.acquire_read(OwnerToken::new(), Claim::New, None).await
     }
 
     /// As [`read`](Self::read), giving up with [`Error::Timeout`](crate::Error::Timeout) after
@@ -136,7 +136,7 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.read", skip_all, fields(lock = %self.inner.name))]
     pub async fn read_timeout(&self, timeout: Duration) -> Result<RwLockReadGuard> {
-        self.acquire_read(OwnerToken::new(), true, Some(timeout))
+        self.acquire_read(OwnerToken::new(), Claim::New, Some(timeout))
             .await
     }
 
@@ -160,7 +160,7 @@ impl RwLock {
     pub async fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
         let held = self
             .inner
-            .try_acquire(Op::Read, 1, OwnerToken::new(), true)
+            .try_acquire(Op::Read, 1, OwnerToken::new(), Claim::New)
             .await?;
         Ok(held.map(|held| self.read_guard(held)))
     }
@@ -183,7 +183,7 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.read", skip_all, fields(lock = %self.inner.name))]
     pub async fn read_as(&self, owner: &OwnerToken) -> Result<RwLockReadGuard> {
-        self.acquire_read(*owner, false, None).await
+        self.acquire_read(*owner, Claim::As, None).await
     }
 
     /// Takes the write lock as a new owner, waiting as long as it takes. New readers queue
@@ -204,7 +204,8 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.write", skip_all, fields(lock = %self.inner.name))]
     pub async fn write(&self) -> Result<RwLockWriteGuard> {
-        self.acquire_write(OwnerToken::new(), true, None).await
+        self.acquire_write(OwnerToken::new(), Claim::New, None)
+            .await
     }
 
     /// As [`write`](Self::write), giving up with [`Error::Timeout`](crate::Error::Timeout)
@@ -227,7 +228,7 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.write", skip_all, fields(lock = %self.inner.name))]
     pub async fn write_timeout(&self, timeout: Duration) -> Result<RwLockWriteGuard> {
-        self.acquire_write(OwnerToken::new(), true, Some(timeout))
+        self.acquire_write(OwnerToken::new(), Claim::New, Some(timeout))
             .await
     }
 
@@ -250,7 +251,7 @@ impl RwLock {
     pub async fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
         let held = self
             .inner
-            .try_acquire(Op::Write, 1, OwnerToken::new(), true)
+            .try_acquire(Op::Write, 1, OwnerToken::new(), Claim::New)
             .await?;
         Ok(held.map(|held| self.write_guard(held)))
     }
@@ -277,18 +278,18 @@ impl RwLock {
     /// ```
     #[tracing::instrument(name = "redlatch.write", skip_all, fields(lock = %self.inner.name))]
     pub async fn write_as(&self, owner: &OwnerToken) -> Result<RwLockWriteGuard> {
-        self.acquire_write(*owner, false, None).await
+        self.acquire_write(*owner, Claim::As, None).await
     }
 
     async fn acquire_read(
         &self,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<RwLockReadGuard> {
         let held = self
             .inner
-            .acquire(Op::Read, 1, owner, fresh, timeout)
+            .acquire(Op::Read, 1, owner, claim, timeout)
             .await?;
         Ok(self.read_guard(held))
     }
@@ -296,12 +297,12 @@ impl RwLock {
     async fn acquire_write(
         &self,
         owner: OwnerToken,
-        fresh: bool,
+        claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<RwLockWriteGuard> {
         let held = self
             .inner
-            .acquire(Op::Write, 1, owner, fresh, timeout)
+            .acquire(Op::Write, 1, owner, claim, timeout)
             .await?;
         Ok(self.write_guard(held))
     }
@@ -311,7 +312,11 @@ impl RwLock {
         if held.hold().is_lost() {
             return Err(held.not_held());
         }
-        match self.inner.attempt(op, 1, held.owner, false, None).await? {
+        match self
+            .inner
+            .attempt(op, 1, held.owner, Claim::Again, None)
+            .await?
+        {
             Attempt::Acquired(again) => Ok(again),
             Attempt::Busy(_) => {
                 held.hold().mark_lost();

@@ -180,12 +180,12 @@ mod tests {
     #[test]
     fn script_hashes_are_pinned() {
         let pins = [
-            (&*MUTEX_ACQUIRE, "08f29ab2eeec66ee4e8d1ee8742240146e0e0856"),
+            (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "9e9ea9b711dc0e2499b33147a209816653783ca2"),
-            (&*QUEUE_RELEASE, "de12f981edcfb7422423edfc5547647df8680496"),
-            (&*QUEUE_EXTEND, "624bf94d56797d0008c8679b37db0a2bfbd4d5f4"),
+            (&*QUEUE_ACQUIRE, "8b1da519effc1081445a0c03bbcf413069ed90ff"),
+            (&*QUEUE_RELEASE, "443dba7605e7e3f33c21e5e987de194d58c228f6"),
+            (&*QUEUE_EXTEND, "27077571914a5f911120c754efa61827c0a7ac57"),
             (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),
         ];
         for (script, sha) in pins {

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Family, Held, Lost, Op};
 use crate::queue::Queued;
 use crate::token::OwnerToken;
+use crate::wait::Claim;
 
 /// A distributed counting semaphore: at most `permits` permits are out at once, fleet-wide.
 ///
@@ -243,7 +244,7 @@ impl Semaphore {
         self.check(n)?;
         let held = self
             .inner
-            .try_acquire(Op::Permits, n, OwnerToken::new(), true)
+            .try_acquire(Op::Permits, n, OwnerToken::new(), Claim::New)
             .await?;
         Ok(held.map(|held| SemaphorePermit { held, permits: n }))
     }
@@ -304,7 +305,7 @@ impl Semaphore {
         self.check(n)?;
         let held = self
             .inner
-            .acquire(Op::Permits, n, OwnerToken::new(), true, timeout)
+            .acquire(Op::Permits, n, OwnerToken::new(), Claim::New, timeout)
             .await?;
         Ok(SemaphorePermit { held, permits: n })
     }

@@ -2,6 +2,7 @@
 //! holder's lease would run out, try again.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,6 +18,41 @@ pub(crate) enum Attempt<T> {
     Acquired(T),
     /// Held by another owner, whose lease has this much left (`None`: unknown or no expiry).
     Busy(Option<Duration>),
+}
+
+/// How an attempt claims the lock for its owner (the scripts' `claim` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The owner token was made for this call. If Redis says it already holds, an earlier
+    /// attempt was granted and its answer lost: that hold is returned as is, not added to.
+    New,
+    /// A token the caller carried: join the owner's holds, or acquire.
+    As,
+    /// Re-entry only: add a hold if the owner still holds, else report busy.
+    Again,
+}
+
+impl Claim {
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::As => "as",
+            Self::Again => "again",
+        }
+    }
+}
+
+/// Runs one attempt and notes, in `unanswered`, if it failed without an answer: it may have
+/// been granted in Redis all the same.
+pub(crate) async fn noting_lost_answers<T>(
+    unanswered: &AtomicBool,
+    attempt: impl Future<Output = Result<Attempt<T>>>,
+) -> Result<Attempt<T>> {
+    let result = attempt.await;
+    if matches!(&result, Err(err) if err.is_lost_answer()) {
+        unanswered.store(true, Ordering::Relaxed);
+    }
+    result
 }
 
 /// Where waiters queue.
@@ -147,7 +183,8 @@ where
             let poll = now + backoff.next_delay();
             Some(known.map_or(poll, |d| poll.min(d.max(now))))
         } else if server {
-            known.map(|d| d + jitter)
+            // Unknown (the last attempt failed to reach Redis): poll with backoff.
+            Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
         } else if w.is_front() {
             Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
         } else {

@@ -218,3 +218,48 @@ async fn dropped_guards_are_released_in_the_background() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_guard_whose_hold_is_gone_cannot_reenter() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        // Deletes the name's keys behind the guards' backs, before any renewal notices: only
+        // Redis can tell that the hold is gone.
+        let mut wipe = async || {
+            let keys = redis.leftovers().await;
+            let _: () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        };
+        let guard = client.mutex("gone").unwrap().lock().await.unwrap();
+        wipe().await;
+        assert!(matches!(guard.reenter().await, Err(Error::NotHeld { .. })));
+        assert!(!guard.is_held());
+
+        let guard = client
+            .fair_mutex("gone-fair")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        wipe().await;
+        assert!(matches!(guard.reenter().await, Err(Error::NotHeld { .. })));
+
+        let reader = client.rwlock("gone-read").unwrap().read().await.unwrap();
+        let writer = client.rwlock("gone-write").unwrap().write().await.unwrap();
+        wipe().await;
+        assert!(matches!(reader.reenter().await, Err(Error::NotHeld { .. })));
+        assert!(matches!(writer.read().await, Err(Error::NotHeld { .. })));
+        // None of those took the free lock as a new holding.
+        assert!(
+            redis.leftovers().await.is_empty(),
+            "{:?}",
+            redis.leftovers().await
+        );
+    })
+    .await;
+}

@@ -186,3 +186,56 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        // A permit granted twice to one new owner (the first answer "lost").
+        let acquire = redis::Script::new(concat!(
+            include_str!("../lua/v1/queue_lib.lua"),
+            include_str!("../lua/v1/queue_acquire.lua")
+        ));
+        let key = redis.lock_key("retry");
+        let owner = redlatch::OwnerToken::new().to_string();
+        let mut call = acquire.prepare_invoke();
+        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+            call.key(format!("{key}{k}"));
+        }
+        call.arg("semaphore:1")
+            .arg("s")
+            .arg(&owner)
+            .arg(2)
+            .arg(3)
+            .arg(30_000)
+            .arg(30_000)
+            .arg(60_000)
+            .arg(format!("{key}:wake"))
+            .arg("new");
+        let first: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
+        let again: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(first, again);
+        assert_eq!(first.2, 2);
+        let sem = client.semaphore("retry", 3).unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
+
+        // The same for the mutex: one hold, not two.
+        let acquire = redis::Script::new(include_str!("../lua/v1/mutex_acquire.lua"));
+        let lock = redis.lock_key("retry-mutex");
+        let mut call = acquire.prepare_invoke();
+        call.key(&lock)
+            .key(format!("{lock}:fence"))
+            .arg(&owner)
+            .arg(30_000)
+            .arg(60_000)
+            .arg("new");
+        let first: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
+        let again: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(first, again);
+        let snapshot = client.inspect("retry-mutex").await.unwrap();
+        assert_eq!(snapshot.holders[0].exclusive_holds, 1);
+    })
+    .await;
+}

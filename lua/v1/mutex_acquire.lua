@@ -5,15 +5,20 @@
 -- ARGV[1]: owner token (the hold count field)
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: lifetime of the fence key in milliseconds (refreshed on every fresh acquisition)
+-- ARGV[4]: claim: new (a token made for this call: if it already holds, an earlier attempt's
+--          answer was lost, and that hold is returned as is), as (join the owner's holds, or
+--          take the lock) or again (re-entry only: add a hold only if the owner holds)
 -- returns: {1, fence, holds}  acquired; holds is this owner's hold count after the call
---          {0, pttl}          held by another owner; pttl is its remaining lease in ms
+--          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
+--                             free, but the claim was `again` and the owner holds nothing)
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}       the lock hash carries another layout tag
 local LAYOUT = 'mutex:1'
 local lock, fence = KEYS[1], KEYS[2]
-local owner, lease = ARGV[1], ARGV[2]
+local owner, lease, claim = ARGV[1], ARGV[2], ARGV[4]
 
 local kind = redis.call('TYPE', lock)['ok']
+if kind == 'none' and claim == 'again' then return {0, -2} end
 if kind == 'none' then
   local last = 0
   local fkind = redis.call('TYPE', fence)['ok']
@@ -39,6 +44,9 @@ local layout = redis.call('HGET', lock, '~layout')
 if layout ~= LAYOUT then return {-2, layout or ''} end
 
 if redis.call('HEXISTS', lock, owner) == 1 then
+  if claim == 'new' then
+    return {1, redis.call('HGET', lock, '~fence'), tonumber(redis.call('HGET', lock, owner))}
+  end
   local holds = redis.call('HINCRBY', lock, owner, 1)
   if redis.call('PTTL', lock) < tonumber(lease) then redis.call('PEXPIRE', lock, lease) end
   return {1, redis.call('HGET', lock, '~fence'), holds}

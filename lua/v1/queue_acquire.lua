@@ -14,6 +14,9 @@
 -- ARGV[7]: waiter timeout in milliseconds; 0 = do not queue (try once)
 -- ARGV[8]: lifetime of the fence key in milliseconds
 -- ARGV[9]: wake-up channel <prefix>:{<name>}:wake
+-- ARGV[10]: claim: new (a token made for this call: if it already holds, an earlier attempt's
+--           answer was lost, and that hold is returned as is), as (join the owner's holds, or
+--           acquire) or again (re-entry only: add a hold only if the owner holds)
 -- returns: {1, fence, holds}  acquired; fence is 0 for read holds; holds is the owner's hold
 --                             count of this op after the call (the permits for s)
 --          {0, wait, pos}     not now: the owner is queued at place pos (0 = head; -1 if
@@ -26,15 +29,16 @@
 local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1}
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
-local lease, patience = tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease, patience, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[10]
 
 local err = check(s, layout)
 if err then return err end
 local fkind = redis.call('TYPE', KEYS[5])['ok']
 if fkind ~= 'none' and fkind ~= 'string' then return {-1, fkind, 5} end
 
-local now = now_ms()
-local before = {}
+local clock = redis.call('TIME')
+local now = now_ms(clock)
+local purged = 0
 if redis.call('EXISTS', s.m) == 0 then
   redis.call('HSET', s.m, '~layout', layout, '~used', 0, '~cap', cap)
 else
@@ -42,21 +46,36 @@ else
     local stored = tonumber(redis.call('HGET', s.m, '~cap'))
     if stored ~= cap then return {-3, stored or 0} end
   end
-  before = grantable(s)
-  purge(s, now)
+  purged = purge(s, now)
 end
 
 local writer = redis.call('HGET', s.m, '~writer')
 local reads = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+local queued = redis.call('ZSCORE', s.q, owner)
+
+-- Every answer from here on settles and touches. Only a purge (a lease or a waiter's time ran
+-- out) can make other waiters grantable in this script.
+local function done(reply)
+  if purged > 0 then settle(s, ARGV[9], owner) end
+  touch(s)
+  return reply
+end
 
 local function granted(fence, holds)
   redis.call('ZADD', s.h, 'GT', now + lease, owner)
-  drop_waiter(s, owner)
-  settle(s, ARGV[9], before, owner)
-  touch(s)
-  return {1, fence, holds}
+  if queued then drop_waiter(s, owner) end
+  return done({1, fence, holds})
 end
 
+-- A new owner that already holds: the answer to an earlier attempt was lost. Return that hold.
+if claim == 'new' then
+  if (op == 'x' or op == 'w') and writer == owner then
+    return done({1, redis.call('HGET', s.m, '~wfence'), tonumber(redis.call('HGET', s.m, '~wholds'))})
+  end
+  if (op == 'r' or op == 's') and reads then
+    return done({1, redis.call('HGET', s.m, 'f:' .. owner) or 0, reads})
+  end
+end
 -- Re-entry never waits: the owner already holds the lock.
 if (op == 'x' or op == 'w') and writer == owner then
   return granted(redis.call('HGET', s.m, '~wfence'), redis.call('HINCRBY', s.m, '~wholds', 1))
@@ -65,25 +84,24 @@ if op == 'r' and (reads or writer == owner) then
   redis.call('HINCRBY', s.m, '~used', 1)
   return granted(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
 end
-if op == 'w' and reads then return {-4} end
+if op == 'w' and reads then return done({-4}) end
+if claim == 'again' then return done({0, -1, -1}) end
 
 -- A caller may take it when it is in the grantable head of the queue. A newcomer facing an
 -- empty queue only needs the lock or permits to be free; facing a queue, it takes its place at
 -- the tail first: it may still fit (spare permits, readers), and then it goes at once.
-local may
-local added = false
-if not redis.call('ZSCORE', s.q, owner) and redis.call('ZCARD', s.q) == 0 then
+local may, added = false, false
+if not queued and redis.call('ZCARD', s.q) == 0 then
   local used = tonumber(redis.call('HGET', s.m, '~used')) or 0
   if op == 's' then may = used + units <= cap
   elseif op == 'r' then may = not writer
   else may = (not writer) and used == 0 end
 else
-  if not redis.call('ZSCORE', s.q, owner) then
+  if not queued then
     redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
     redis.call('HSET', s.m, 'q:' .. owner, op .. units)
-    added = true
+    queued, added = true, true
   end
-  may = false
   for _, o in ipairs(grantable(s)) do
     if o == owner then may = true end
   end
@@ -97,11 +115,11 @@ if may then
   -- Strictly above the last token, and never below the server clock in microseconds.
   local last = tonumber(redis.call('GET', KEYS[5]) or '0')
   if last == nil then return {-1, 'string', 5} end
-  local t = redis.call('TIME')
-  local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+  local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  token = string.format('%.0f', math.max(last + 1, token))
   redis.call('SET', KEYS[5], token, 'PX', ARGV[8])
   if op == 's' then
-    redis.call('HSET', s.m, 'h:' .. owner, units)
+    redis.call('HSET', s.m, 'h:' .. owner, units, 'f:' .. owner, token)
     redis.call('HINCRBY', s.m, '~used', units)
     return granted(token, units)
   end
@@ -111,7 +129,7 @@ end
 
 local pos = -1
 if patience > 0 then
-  if not redis.call('ZSCORE', s.q, owner) then
+  if not queued then
     redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
     redis.call('HSET', s.m, 'q:' .. owner, op .. units)
   end
@@ -133,6 +151,4 @@ for j = 1, #ahead, 2 do
     break
   end
 end
-settle(s, ARGV[9], before, owner)
-touch(s)
-return {0, wait, pos}
+return done({0, wait, pos})

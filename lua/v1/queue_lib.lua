@@ -5,6 +5,7 @@
 -- KEYS[i..i+3] of one name, as the table s = {m, h, q, t, i}:
 --   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq, ~used, ~writer, ~wholds,
 --                                           ~wfence, h:<owner> (read holds or permits),
+--                                           f:<owner> (a permit's fencing token),
 --                                           q:<owner> (what a waiter asks for: op .. units)
 --   h  holders    <prefix>:{<name>}:holders  owner -> lease expiry (server ms)
 --   q  queue      <prefix>:{<name>}:queue    waiter -> ticket (FIFO order)
@@ -14,8 +15,9 @@
 -- Ops: x exclusive (fair mutex), r read, w write, s permits, q a waiter's queue entry.
 -- Every time is the server's clock (TIME), never a client's.
 
-local function now_ms()
-  local t = redis.call('TIME')
+-- The server's clock in ms, from a TIME reply (taken now if not given).
+local function now_ms(t)
+  t = t or redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
@@ -44,7 +46,7 @@ end
 local function drop_holder(s, o)
   local n = tonumber(redis.call('HGET', s.m, 'h:' .. o))
   if n then
-    redis.call('HDEL', s.m, 'h:' .. o)
+    redis.call('HDEL', s.m, 'h:' .. o, 'f:' .. o)
     redis.call('HINCRBY', s.m, '~used', -n)
   end
   if redis.call('HGET', s.m, '~writer') == o then
@@ -53,10 +55,14 @@ local function drop_holder(s, o)
   redis.call('ZREM', s.h, o)
 end
 
--- Drops holders whose lease ran out and waiters past their eviction deadline.
+-- Drops holders whose lease ran out and waiters past their eviction deadline; returns how
+-- many went.
 local function purge(s, now)
-  for _, o in ipairs(redis.call('ZRANGE', s.h, '-inf', now, 'BYSCORE')) do drop_holder(s, o) end
-  for _, o in ipairs(redis.call('ZRANGE', s.t, '-inf', now, 'BYSCORE')) do drop_waiter(s, o) end
+  local gone = redis.call('ZRANGE', s.h, '-inf', now, 'BYSCORE')
+  for _, o in ipairs(gone) do drop_holder(s, o) end
+  local late = redis.call('ZRANGE', s.t, '-inf', now, 'BYSCORE')
+  for _, o in ipairs(late) do drop_waiter(s, o) end
+  return #gone + #late
 end
 
 -- The waiters at the head of the queue that could all be granted now, in queue order: as many
@@ -91,17 +97,15 @@ local function grantable(s)
   end
 end
 
--- Publishes, as one message of space-separated ids, the waiters that are grantable now and were
--- not in `before`, except `skip` (the caller of this script).
-local function settle(s, channel, before, skip)
-  local seen = {}
-  for _, o in ipairs(before) do seen[o] = true end
-  if skip then seen[skip] = true end
-  local fresh = {}
+-- Publishes, as one message of space-separated ids, the waiters that are grantable now, except
+-- `skip` (the caller of this script). One already woken and not yet back is named again: its
+-- client wakes it once either way.
+local function settle(s, channel, skip)
+  local ids = {}
   for _, o in ipairs(grantable(s)) do
-    if not seen[o] then fresh[#fresh + 1] = o end
+    if o ~= skip then ids[#ids + 1] = o end
   end
-  if #fresh > 0 then redis.call('PUBLISH', channel, table.concat(fresh, ' ')) end
+  if #ids > 0 then redis.call('PUBLISH', channel, table.concat(ids, ' ')) end
 end
 
 -- Every key lives until the last lease or waiter deadline; an empty structure is deleted.

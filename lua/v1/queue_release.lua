@@ -23,8 +23,7 @@ local err = check(s, layout)
 if err then return err end
 if redis.call('EXISTS', s.m) == 0 then return {0} end
 
-local before = grantable(s)
-purge(s, now_ms())
+local purged = purge(s, now_ms())
 local writer = redis.call('HGET', s.m, '~writer')
 local out = {0}
 if op == 'q' then
@@ -60,6 +59,6 @@ elseif writer == owner then
     out = {2}
   end
 end
-settle(s, ARGV[4], before, nil)
+if out[1] ~= 0 or purged > 0 then settle(s, ARGV[4], nil) end
 touch(s)
 return out
