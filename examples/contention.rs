@@ -180,7 +180,7 @@ async fn main() -> AnyResult<()> {
     );
     println!("FairMutex, 8 waiters queued in turn over two clients, served in the order:");
     println!("  {fair_order:?}");
-    println!("semaphore, 8 permits, 64 tasks over two clients, empty critical section:");
+    println!("semaphore, 8 permits, 64 tasks over two clients, a yield as critical section:");
     println!(
         "  {:.0} acquisitions/s (Mutex uncontended: {cycles_per_s:.0} cycles/s), {requests_semaphore:.2} requests/acquisition",
         semaphore.per_s
@@ -557,7 +557,8 @@ struct SemaphoreRun {
     most: usize,
 }
 
-/// 64 tasks over two clients loop acquire/release on one semaphore of 8 permits.
+/// 64 tasks over two clients loop acquire/release on one semaphore of 8 permits, yielding
+/// once while they hold it.
 async fn semaphore(a: &LockClient, b: &LockClient, phase: Duration) -> AnyResult<SemaphoreRun> {
     let out = Arc::new(AtomicU64::new(0));
     let most = Arc::new(AtomicU64::new(0));
@@ -578,6 +579,8 @@ async fn semaphore(a: &LockClient, b: &LockClient, phase: Duration) -> AnyResult
                 let permit = sem.acquire().await?;
                 let now = out.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
+                // The critical section: one yield, so holders can overlap.
+                tokio::task::yield_now().await;
                 out.fetch_sub(1, Ordering::SeqCst);
                 permit.release().await?;
                 count.fetch_add(1, Ordering::Relaxed);

@@ -242,7 +242,12 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
         .map(|w| match w {
             [id, want, left] => {
                 let want = text(want)?;
-                let units = want.get(1..).and_then(|n| n.parse().ok()).unwrap_or(1);
+                // op, units, then `/` and the lease it asked for
+                let units = want
+                    .get(1..)
+                    .and_then(|rest| rest.split('/').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
                 let wants = match want.chars().next() {
                     Some('r') => Wants::Read,
                     Some('w') => Wants::Write,

@@ -8,7 +8,7 @@
 //! the moment the last successful renewal was sent) without Redis answering.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -76,8 +76,12 @@ pub(crate) enum Op {
     Write,
     /// One permit id holding one or more permits.
     Permits,
-    /// Not a hold: a waiter's place in the queue, kept alive by the watchdog.
-    Waiting,
+    /// Not a hold: a waiter's place in the queue, kept alive by the watchdog. `fresh` when
+    /// the owner was made for this wait: leaving then also gives back a hold that a hand-over
+    /// may already have given it.
+    Waiting {
+        fresh: bool,
+    },
 }
 
 impl Op {
@@ -87,7 +91,8 @@ impl Op {
             Self::Read => "r",
             Self::Write => "w",
             Self::Permits => "s",
-            Self::Waiting => "q",
+            Self::Waiting { fresh: false } => "q",
+            Self::Waiting { fresh: true } => "Q",
         }
     }
 }
@@ -106,6 +111,9 @@ pub(crate) struct Hold {
     pub(crate) renew: bool,
     /// Conservative local estimate of when the lease runs out.
     expires_at: StdMutex<Instant>,
+    /// The first term was shorter than the lease (a handed-over hold): renew once even if the
+    /// lease is fixed.
+    short_start: AtomicBool,
     lost: watch::Sender<bool>,
 }
 
@@ -128,6 +136,7 @@ impl Hold {
             lease,
             renew,
             expires_at: StdMutex::new(sent_at + lease),
+            short_start: AtomicBool::new(false),
             lost: watch::Sender::new(false),
         }
     }
@@ -148,6 +157,15 @@ impl Hold {
 
     pub(crate) fn expires_at(&self) -> Instant {
         *self.expires_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first term ends at `at`, before the lease would: the watchdog renews it in time.
+    pub(crate) fn cap_expiry(&self, at: Instant) {
+        let mut current = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
+        if at < *current {
+            *current = at;
+            self.short_start.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
@@ -252,7 +270,13 @@ async fn watchdog_task(node: Arc<Node>, mut commands: mpsc::UnboundedReceiver<Co
         tokio::select! {
             command = commands.recv() => match command {
                 Some(Command::Watch(hold)) => {
-                    let next_renew = hold.renew.then(|| Instant::now() + interval(&hold));
+                    // A third of the lease, or of a shorter first term; a fixed lease that
+                    // started short is renewed once, to its full length.
+                    let now = Instant::now();
+                    let left = hold.expires_at().saturating_duration_since(now);
+                    let short = hold.short_start.load(Ordering::Relaxed);
+                    let next_renew = (hold.renew || short)
+                        .then(|| now + interval(&hold).min(left / 3));
                     entries.insert(hold.id, Entry { hold, next_renew });
                 }
                 Some(Command::Forget(id)) => { entries.remove(&id); }
@@ -303,7 +327,7 @@ async fn renew_due(node: &Node, entries: &mut HashMap<u64, Entry>) {
                     if status == 1 {
                         hold.confirm(sent_at, hold.lease);
                         if let Some(e) = entries.get_mut(&hold.id) {
-                            e.next_renew = Some(sent_at + interval(hold));
+                            e.next_renew = hold.renew.then(|| sent_at + interval(hold));
                         }
                     } else {
                         tracing::warn!(lock = %hold.name, "lease lost: the lock is gone or held by another owner");

@@ -263,6 +263,13 @@ impl Mutex {
             Queueing::Local,
             timeout,
             || noting_lost_answers(&unanswered, self.attempt(owner, claim)),
+            // Mutex releases name no waiter, so they never hand a hold over.
+            |_, _| {
+                Err(Error::Protocol {
+                    script: "mutex_release",
+                    detail: "a hand-over message on a mutex channel".into(),
+                })
+            },
         )
         .await;
         if unanswered.load(Ordering::Relaxed) {

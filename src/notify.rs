@@ -16,13 +16,16 @@
 //! woken once it is, since a release may have been missed in between.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
+
+/// No hand-over recorded in a slot.
+const NO_GRANT: u64 = u64::MAX;
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(2);
@@ -39,13 +42,29 @@ enum SubState {
     Down,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
     notify: Notify,
     /// A wake-up was delivered to this waiter and not consumed yet.
     pending: AtomicBool,
     /// The waiter's id in a Redis queue: it is woken by name only (and by a reconnect).
     tag: Option<Box<str>>,
+    /// The fencing token of a hold that a release handed to this waiter ([`NO_GRANT`]: none)
+    /// and the first term of its lease in ms.
+    grant: AtomicU64,
+    term_ms: AtomicU64,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            notify: Notify::new(),
+            pending: AtomicBool::new(false),
+            tag: None,
+            grant: AtomicU64::new(NO_GRANT),
+            term_ms: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Slot {
@@ -84,10 +103,21 @@ impl Queue {
         self.wake(usize::MAX);
     }
 
-    /// Wakes the waiters whose tags are among the space-separated `ids`.
+    /// Wakes the waiters named in `ids`: space-separated ids, each with `:<fence>:<ms>` when
+    /// the release handed it a hold with that fencing token, for that first term.
     fn wake_named(&mut self, ids: &str) {
-        for id in ids.split(' ') {
+        for part in ids.split(' ') {
+            let mut fields = part.split(':');
+            let id = fields.next().unwrap_or_default();
+            let grant = match (fields.next(), fields.next()) {
+                (Some(fence), Some(ms)) => fence.parse::<u64>().ok().zip(ms.parse::<u64>().ok()),
+                _ => None,
+            };
             for slot in self.slots.iter().filter(|s| s.tag.as_deref() == Some(id)) {
+                if let Some((fence, ms)) = grant {
+                    slot.term_ms.store(ms, Ordering::Release);
+                    slot.grant.store(fence, Ordering::Release);
+                }
                 slot.give();
             }
         }
@@ -277,6 +307,14 @@ impl Waiter {
             self.consumed.store(true, Ordering::Release);
         }
         had
+    }
+
+    /// Takes the fencing token and first lease term of a hold that a release handed to this
+    /// waiter, if any.
+    pub(crate) fn take_grant(&self) -> Option<(u64, Duration)> {
+        let fence = self.slot.grant.swap(NO_GRANT, Ordering::AcqRel);
+        let term = Duration::from_millis(self.slot.term_ms.load(Ordering::Acquire));
+        (fence != NO_GRANT).then_some((fence, term))
     }
 
     /// The attempt that a consumed wake-up triggered has an answer.

@@ -110,8 +110,19 @@ impl Queued {
             queueing,
             timeout,
             || {
+                // Once queued, the owner held nothing when it queued: any hold it finds is one
+                // a release handed over (its message missed), to be taken as is.
+                let queued = take(&place).is_some();
+                let claim = if queued { Claim::New } else { claim };
                 let attempt = self.attempt(op, units, owner, claim, Some(Arc::clone(&place)));
                 noting_lost_answers(&unanswered, attempt)
+            },
+            |fence, term| {
+                // Redis removed the place when it handed the hold over.
+                if let Some(lease) = take(&place).take() {
+                    lease.disarm();
+                }
+                Ok(self.handed(op, owner, fence, term))
             },
         )
         .await;
@@ -121,6 +132,23 @@ impl Queued {
             self.abandon(op, owner, claim, true);
         }
         result
+    }
+
+    /// The hold a release handed to this waiter, for a first `term` (its lease, or less if the
+    /// waiter's place had less left): the watchdog renews it before that runs out, to the full
+    /// lease. The term started when the release ran, a moment before the message arrived, so
+    /// the local estimate of its end is counted from a twentieth of it earlier.
+    fn handed(&self, op: Op, owner: OwnerToken, fence: u64, term: Duration) -> Held {
+        let now = Instant::now();
+        let sent_at = now.checked_sub(term / 20).unwrap_or(now);
+        let hold = self.hold(op, &owner, self.lease, sent_at);
+        hold.cap_expiry(sent_at + term);
+        Held {
+            client: self.client.clone(),
+            owner,
+            fence,
+            lease: Lease::new(hold, self.client.inner.tasks.clone()),
+        }
     }
 
     /// One attempt without queueing: `None` when busy.
@@ -186,14 +214,14 @@ impl Queued {
         if queued {
             let patience = self.client.inner.config.waiter_timeout();
             drop(Lease::new(
-                self.hold(Op::Waiting, &owner, patience, now),
+                self.hold(Op::Waiting { fresh: true }, &owner, patience, now),
                 tasks.clone(),
             ));
         }
     }
 
     fn hold(&self, op: Op, owner: &OwnerToken, lease: Duration, sent_at: Instant) -> Hold {
-        let renew = if op == Op::Waiting { true } else { self.renew };
+        let renew = matches!(op, Op::Waiting { .. }) || self.renew;
         Hold::new(
             Kind::Queued(self.family, op),
             Arc::clone(&self.name),
@@ -269,7 +297,8 @@ impl Queued {
                     if slot.as_ref().is_none_or(|l| l.hold().is_lost()) {
                         // First queued, or evicted since (paused past the waiter timeout): the
                         // script queued us again at the tail.
-                        *slot = Some(lease(Op::Waiting, patience));
+                        let fresh = claim == Claim::New;
+                        *slot = Some(lease(Op::Waiting { fresh }, patience));
                     }
                 }
                 Ok(Attempt::Busy(
@@ -311,13 +340,16 @@ pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
         invocation.key(key);
     }
     invocation
+        .key(&hold.keys.fence)
         .arg(family.layout())
         .arg(op.code())
         .arg(&hold.owner)
-        .arg(&hold.keys.wake);
+        .arg(&hold.keys.wake)
+        .arg(ms(FENCE_TTL));
     let raw = node.invoke(&invocation).await?;
-    let (status, reply) =
-        Reply::decode("queue_release", raw, &hold.keys.queued(), family.layout())?;
+    let [lock, holders, queue, timeouts] = hold.keys.queued();
+    let keys = [lock, holders, queue, timeouts, hold.keys.fence.as_str()];
+    let (status, reply) = Reply::decode("queue_release", raw, &keys, family.layout())?;
     match status {
         1..=3 => Ok(()),
         0 => Err(Error::NotHeld {
@@ -335,7 +367,7 @@ pub(crate) async fn extend_batch(node: &Node, holds: &[(&Hold, u64)]) -> Result<
         for key in hold.keys.queued() {
             invocation.key(key);
         }
-        let what = if matches!(hold.kind, Kind::Queued(_, Op::Waiting)) {
+        let what = if matches!(hold.kind, Kind::Queued(_, Op::Waiting { .. })) {
             "q"
         } else {
             "h"

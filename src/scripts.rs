@@ -183,9 +183,9 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "8b1da519effc1081445a0c03bbcf413069ed90ff"),
-            (&*QUEUE_RELEASE, "443dba7605e7e3f33c21e5e987de194d58c228f6"),
-            (&*QUEUE_EXTEND, "27077571914a5f911120c754efa61827c0a7ac57"),
+            (&*QUEUE_ACQUIRE, "fc634ad30019db535e8a468a681becdac5e659ae"),
+            (&*QUEUE_RELEASE, "39199a24537e7ae6cbe92eb6914053b8347180d8"),
+            (&*QUEUE_EXTEND, "107cf87077035f0a2354a3f4acc0d58738c68565"),
             (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),
         ];
         for (script, sha) in pins {

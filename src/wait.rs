@@ -82,19 +82,23 @@ pub(crate) enum Queueing<'a> {
 ///   client already listens to the channel, the waiter registers for its wake-up before that
 ///   attempt, so no message naming it can slip past and the attempt is its only one until it
 ///   is woken; otherwise it subscribes after the attempt and tries once more, as above.
-/// * Woken it tries again. While push is down every waiter polls with jittered backoff
+/// * Woken it tries again, unless the message says a release handed it the hold (server
+///   queueing): then `handed` makes the value from the hold's fencing token and first term.
+/// * While push is down every waiter polls with jittered backoff
 ///   bounded by the moment it was told things may change.
-pub(crate) async fn wait_for<T, F, Fut>(
+pub(crate) async fn wait_for<T, F, Fut, G>(
     node: &Node,
     config: &Config,
     channel: &str,
     queueing: Queueing<'_>,
     timeout: Option<Duration>,
     mut attempt: F,
+    mut handed: G,
 ) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
+    G: FnMut(u64, Duration) -> Result<T>,
 {
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
@@ -196,6 +200,12 @@ where
         };
         tokio::select! {
             _ = w.woken() => {
+                if let Some((fence, term)) = w.take_grant() {
+                    // A release gave us the hold already (server queueing): no round trip.
+                    w.take_wake();
+                    w.settled();
+                    return handed(fence, term);
+                }
                 must_try = w.take_wake() || !w.push_active();
             }
             _ = sleep_until(timer) => {

@@ -166,14 +166,15 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
         ));
         let key = redis.lock_key("retried");
         let mut release = script.prepare_invoke();
-        for k in ["", ":holders", ":queue", ":timeouts"] {
+        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
             release.key(format!("{key}{k}"));
         }
         release
             .arg("semaphore:1")
             .arg("s")
             .arg(permit.id().to_string())
-            .arg(format!("{key}:wake"));
+            .arg(format!("{key}:wake"))
+            .arg(60_000);
         let mut conn = redis.conn().await;
         let first: Vec<i64> = release.invoke_async(&mut conn).await.unwrap();
         let second: Vec<i64> = release.invoke_async(&mut conn).await.unwrap();

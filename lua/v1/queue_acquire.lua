@@ -26,7 +26,7 @@
 --          {-2, layout}       the meta hash carries another layout tag
 --          {-3, capacity}     the semaphore is in use with another capacity
 --          {-4}               the owner holds a read lock and asked to write (upgrade refused)
-local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1}
+local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1, f = KEYS[5], ttl = ARGV[8]}
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease, patience, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[10]
@@ -53,17 +53,16 @@ local writer = redis.call('HGET', s.m, '~writer')
 local reads = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
 local queued = redis.call('ZSCORE', s.q, owner)
 
--- Every answer from here on settles and touches. Only a purge (a lease or a waiter's time ran
--- out) can make other waiters grantable in this script.
+-- Every answer from here on hands over and touches. Only a purge (a lease or a waiter's time
+-- ran out) can make other waiters grantable in this script.
 local function done(reply)
-  if purged > 0 then settle(s, ARGV[9], owner) end
+  if purged > 0 then handoff(s, ARGV[9], now, clock) end
   touch(s)
   return reply
 end
 
-local function granted(fence, holds)
+local function reentered(fence, holds)
   redis.call('ZADD', s.h, 'GT', now + lease, owner)
-  if queued then drop_waiter(s, owner) end
   return done({1, fence, holds})
 end
 
@@ -78,11 +77,11 @@ if claim == 'new' then
 end
 -- Re-entry never waits: the owner already holds the lock.
 if (op == 'x' or op == 'w') and writer == owner then
-  return granted(redis.call('HGET', s.m, '~wfence'), redis.call('HINCRBY', s.m, '~wholds', 1))
+  return reentered(redis.call('HGET', s.m, '~wfence'), redis.call('HINCRBY', s.m, '~wholds', 1))
 end
 if op == 'r' and (reads or writer == owner) then
   redis.call('HINCRBY', s.m, '~used', 1)
-  return granted(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
+  return reentered(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
 end
 if op == 'w' and reads then return done({-4}) end
 if claim == 'again' then return done({0, -1, -1}) end
@@ -99,7 +98,7 @@ if not queued and redis.call('ZCARD', s.q) == 0 then
 else
   if not queued then
     redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
-    redis.call('HSET', s.m, 'q:' .. owner, op .. units)
+    redis.call('HSET', s.m, 'q:' .. owner, op .. units .. '/' .. lease)
     queued, added = true, true
   end
   for _, o in ipairs(grantable(s)) do
@@ -108,30 +107,21 @@ else
 end
 
 if may then
-  if op == 'r' then
-    redis.call('HINCRBY', s.m, '~used', 1)
-    return granted(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
+  local token = 0
+  if op ~= 'r' then
+    token = mint(s, clock)
+    if token == nil then return {-1, 'string', 5} end
   end
-  -- Strictly above the last token, and never below the server clock in microseconds.
-  local last = tonumber(redis.call('GET', KEYS[5]) or '0')
-  if last == nil then return {-1, 'string', 5} end
-  local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  token = string.format('%.0f', math.max(last + 1, token))
-  redis.call('SET', KEYS[5], token, 'PX', ARGV[8])
-  if op == 's' then
-    redis.call('HSET', s.m, 'h:' .. owner, units, 'f:' .. owner, token)
-    redis.call('HINCRBY', s.m, '~used', units)
-    return granted(token, units)
-  end
-  redis.call('HSET', s.m, '~writer', owner, '~wholds', 1, '~wfence', token)
-  return granted(token, 1)
+  take(s, owner, op, units, lease, now, token)
+  if queued then drop_waiter(s, owner) end
+  return done({1, token, units})
 end
 
 local pos = -1
 if patience > 0 then
   if not queued then
     redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
-    redis.call('HSET', s.m, 'q:' .. owner, op .. units)
+    redis.call('HSET', s.m, 'q:' .. owner, op .. units .. '/' .. lease)
   end
   redis.call('ZADD', s.t, now + patience, owner)
   pos = redis.call('ZRANK', s.q, owner)

@@ -2,11 +2,13 @@
 -- layout:  1
 -- Prepended to every queue_* script (and to nothing else): the state of a fair mutex, a
 -- semaphore or a read-write lock, and the FIFO queue of its waiters.
--- KEYS[i..i+3] of one name, as the table s = {m, h, q, t, i}:
+-- KEYS[i..i+3] of one name, as the table s = {m, h, q, t, i} (f and ttl: the fence key and
+-- its lifetime, for scripts that grant):
 --   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq, ~used, ~writer, ~wholds,
 --                                           ~wfence, h:<owner> (read holds or permits),
 --                                           f:<owner> (a permit's fencing token),
---                                           q:<owner> (what a waiter asks for: op .. units)
+--                                           q:<owner> (what a waiter asks for:
+--                                           op .. units .. '/' .. lease ms)
 --   h  holders    <prefix>:{<name>}:holders  owner -> lease expiry (server ms)
 --   q  queue      <prefix>:{<name>}:queue    waiter -> ticket (FIFO order)
 --   t  timeouts   <prefix>:{<name>}:timeouts waiter -> eviction deadline (server ms)
@@ -65,21 +67,28 @@ local function purge(s, now)
   return #gone + #late
 end
 
+-- What waiter `o` asks for: op, units and lease ms.
+local function want(s, o)
+  local w = redis.call('HGET', s.m, 'q:' .. o) or 'x1/0'
+  local op, n, lease = string.match(w, '^(%a)(%d+)/(%d+)$')
+  return op or 'x', tonumber(n) or 1, tonumber(lease) or 0
+end
+
 -- The waiters at the head of the queue that could all be granted now, in queue order: as many
 -- as the free permits cover, every reader up to the first writer, or one exclusive waiter.
 -- A waiter that does not fit stops the walk, so nobody overtakes it.
 local function grantable(s)
   local out = {}
-  local writer = redis.call('HEXISTS', s.m, '~writer') == 1
-  local used = tonumber(redis.call('HGET', s.m, '~used')) or 0
-  local cap = tonumber(redis.call('HGET', s.m, '~cap')) or 0
+  local meta = redis.call('HMGET', s.m, '~writer', '~used', '~cap')
+  local writer = meta[1] ~= false
+  local used = tonumber(meta[2]) or 0
+  local cap = tonumber(meta[3]) or 0
   local from = 0
   while true do
     local batch = redis.call('ZRANGE', s.q, from, from + 15)
     if #batch == 0 then return out end
     for _, o in ipairs(batch) do
-      local want = redis.call('HGET', s.m, 'q:' .. o) or 'x1'
-      local op, n = string.sub(want, 1, 1), tonumber(string.sub(want, 2)) or 1
+      local op, n = want(s, o)
       if op == 's' then
         if used + n > cap then return out end
         used = used + n
@@ -97,15 +106,52 @@ local function grantable(s)
   end
 end
 
--- Publishes, as one message of space-separated ids, the waiters that are grantable now, except
--- `skip` (the caller of this script). One already woken and not yet back is named again: its
--- client wakes it once either way.
-local function settle(s, channel, skip)
-  local ids = {}
-  for _, o in ipairs(grantable(s)) do
-    if o ~= skip then ids[#ids + 1] = o end
+-- A new fencing token: strictly above the last one issued for the name, and never below the
+-- server clock in microseconds (`clock` is a TIME reply). nil if the fence key is foreign.
+local function mint(s, clock)
+  local last = tonumber(redis.call('GET', s.f) or '0')
+  if last == nil then return nil end
+  local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  token = string.format('%.0f', math.max(last + 1, token))
+  redis.call('SET', s.f, token, 'PX', s.ttl)
+  return token
+end
+
+-- Gives `o` a fresh hold of `op` (units for s) until now + lease; returns its fencing token
+-- (0 for a read hold). The caller has checked that it fits.
+local function take(s, o, op, units, lease, now, token)
+  if op == 'r' then
+    redis.call('HINCRBY', s.m, '~used', 1)
+    redis.call('HINCRBY', s.m, 'h:' .. o, 1)
+    token = 0
+  elseif op == 's' then
+    redis.call('HSET', s.m, 'h:' .. o, units, 'f:' .. o, token)
+    redis.call('HINCRBY', s.m, '~used', units)
+  else
+    redis.call('HSET', s.m, '~writer', o, '~wholds', 1, '~wfence', token)
   end
-  if #ids > 0 then redis.call('PUBLISH', channel, table.concat(ids, ' ')) end
+  redis.call('ZADD', s.h, 'GT', now + lease, o)
+  return token
+end
+
+-- Hands the lock over: every waiter that is grantable now gets its hold here, leaves the
+-- queue, and is told in one message of space-separated `id:fence:ms` triples on `channel`. The
+-- hold's first term (ms) is its lease, cut to what is left of the waiter's place: a waiter
+-- that died in the queue holds the lock no longer than it would have held up the queue. A
+-- waiter that misses the message finds the hold when it next tries (claim `new`).
+local function handoff(s, channel, now, clock)
+  local told = {}
+  for _, o in ipairs(grantable(s)) do
+    local op, n, lease = want(s, o)
+    local deadline = tonumber(redis.call('ZSCORE', s.t, o))
+    if deadline then lease = math.max(math.min(lease, deadline - now), 1) end
+    local token = 0
+    if op ~= 'r' then token = mint(s, clock) or 0 end
+    take(s, o, op, n, lease, now, token)
+    drop_waiter(s, o)
+    told[#told + 1] = o .. ':' .. token .. ':' .. lease
+  end
+  if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end
 end
 
 -- Every key lives until the last lease or waiter deadline; an empty structure is deleted.

@@ -4,32 +4,45 @@
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
 -- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
+-- KEYS[5]: fence key  <prefix>:{<name>}:fence     (for the tokens of handed-over holds)
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
---          queue: a waiter gave up)
+--          queue: a waiter gave up), Q (leave the queue, and if a hand-over already made the
+--          owner a holder, release that hold: for owners made for the wait that ends)
 -- ARGV[3]: owner token
--- ARGV[4]: wake-up channel <prefix>:{<name>}:wake; the waiters this makes grantable are
---          published on it, space-separated
+-- ARGV[4]: wake-up channel <prefix>:{<name>}:wake
+-- ARGV[5]: lifetime of the fence key in milliseconds
+-- Whatever the call frees is handed over at once: every waiter that becomes grantable gets its
+-- hold in this script and is told on the channel (`id:fence:ms`, space-separated; see handoff in
+-- queue_lib).
 -- returns: {1, holds}      one hold released; the owner still holds `holds` of this op
---          {2}             the owner's last hold of this op released
+--          {2}             the owner's last hold of this op released (for Q: the hold a
+--                          hand-over gave it)
 --          {3}             the waiter left the queue
 --          {0}             not held (or not queued) by this owner: nothing changed
 --          {-1, type, i}   KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}    the meta hash carries another layout tag
-local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1}
+local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1, f = KEYS[5], ttl = ARGV[5]}
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 
 local err = check(s, layout)
 if err then return err end
 if redis.call('EXISTS', s.m) == 0 then return {0} end
+local fkind = redis.call('TYPE', s.f)['ok']
+if fkind ~= 'none' and fkind ~= 'string' then return {-1, fkind, 5} end
 
-local purged = purge(s, now_ms())
+local clock = redis.call('TIME')
+local now = now_ms(clock)
+local purged = purge(s, now)
 local writer = redis.call('HGET', s.m, '~writer')
 local out = {0}
-if op == 'q' then
+if op == 'q' or op == 'Q' then
   if redis.call('ZSCORE', s.q, owner) then
     drop_waiter(s, owner)
     out = {3}
+  elseif op == 'Q' and (writer == owner or redis.call('HEXISTS', s.m, 'h:' .. owner) == 1) then
+    drop_holder(s, owner)
+    out = {2}
   end
 elseif op == 's' then
   local n = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
@@ -59,6 +72,6 @@ elseif writer == owner then
     out = {2}
   end
 end
-if out[1] ~= 0 or purged > 0 then settle(s, ARGV[4], nil) end
+if out[1] ~= 0 or purged > 0 then handoff(s, ARGV[4], now, clock) end
 touch(s)
 return out
