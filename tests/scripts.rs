@@ -240,3 +240,108 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
     })
     .await;
 }
+
+/// Calls `queue_acquire` for `owner` by hand (a client that is not there to hear messages).
+async fn raw_queue_acquire(
+    redis: &TestRedis,
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    owner: &str,
+    claim: &str,
+) -> redis::Value {
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/v1/queue_lib.lua"),
+        include_str!("../lua/v1/queue_acquire.lua")
+    ));
+    let key = redis.lock_key(name);
+    let mut call = script.prepare_invoke();
+    for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+        call.key(format!("{key}{k}"));
+    }
+    call.arg("fair:1")
+        .arg("x")
+        .arg(owner)
+        .arg(1)
+        .arg(0)
+        .arg(30_000)
+        .arg(30_000)
+        .arg(60_000)
+        .arg(format!("{key}:wake"))
+        .arg(claim);
+    call.invoke_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_handed_over_hold_is_found_again_or_given_back() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let mutex = client.fair_mutex("handed").unwrap();
+        let holder = mutex.lock().await.unwrap();
+        // A waiter that never hears its message: queued by hand.
+        let owner = redlatch::OwnerToken::new().to_string();
+        let queued = raw_queue_acquire(&redis, &mut conn, "handed", &owner, "new").await;
+        assert!(
+            matches!(&queued, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0)))
+        );
+        holder.unlock().await.unwrap();
+        // The release gave it the lock; its next attempt finds that hold, unchanged.
+        let snapshot = client.inspect("handed").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.holders[0].id, &owner[..8]);
+        assert!(snapshot.waiters.is_empty());
+        let fence = snapshot.last_fencing_token.unwrap();
+        let again = raw_queue_acquire(&redis, &mut conn, "handed", &owner, "new").await;
+        let (status, token, holds): (i64, u64, i64) =
+            redis::FromRedisValue::from_redis_value(again).unwrap();
+        assert_eq!((status, token, holds), (1, fence, 1));
+
+        // Queued behind it, a waiter that gives up just as the lock is handed to it: leaving
+        // with `Q` gives the hold back and passes it on.
+        let quitter = redlatch::OwnerToken::new().to_string();
+        raw_queue_acquire(&redis, &mut conn, "handed", &quitter, "new").await;
+        let next = tokio::spawn({
+            let mutex = mutex.clone();
+            async move { mutex.lock().await.unwrap() }
+        });
+        support::until(|| async { redis.queued(&client, "handed").await == 2 }).await;
+        let release = redis::Script::new(concat!(
+            include_str!("../lua/v1/queue_lib.lua"),
+            include_str!("../lua/v1/queue_release.lua")
+        ));
+        let key = redis.lock_key("handed");
+        let mut call = release.prepare_invoke();
+        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+            call.key(format!("{key}{k}"));
+        }
+        call.arg("fair:1")
+            .arg("x")
+            .arg(&owner)
+            .arg(format!("{key}:wake"))
+            .arg(60_000);
+        let freed: Vec<i64> = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(freed, vec![2]);
+        let held_by = client.inspect("handed").await.unwrap().holders[0]
+            .id
+            .clone();
+        assert_eq!(held_by, &quitter[..8]);
+        let mut leave = release.prepare_invoke();
+        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+            leave.key(format!("{key}{k}"));
+        }
+        leave
+            .arg("fair:1")
+            .arg("Q")
+            .arg(&quitter)
+            .arg(format!("{key}:wake"))
+            .arg(60_000);
+        let left: Vec<i64> = leave.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(left, vec![2]);
+        let guard = next.await.unwrap();
+        assert!(guard.fencing_token() > fence);
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
