@@ -183,9 +183,9 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "fc634ad30019db535e8a468a681becdac5e659ae"),
-            (&*QUEUE_RELEASE, "39199a24537e7ae6cbe92eb6914053b8347180d8"),
-            (&*QUEUE_EXTEND, "107cf87077035f0a2354a3f4acc0d58738c68565"),
+            (&*QUEUE_ACQUIRE, "4681338097857bd5c12a53e7762a3335b1907396"),
+            (&*QUEUE_RELEASE, "b24684f6df1219e9078c1126c10c28a1bd2c7751"),
+            (&*QUEUE_EXTEND, "f7b938edcf1471aad4664a0705ae4bcc13166d88"),
             (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),
         ];
         for (script, sha) in pins {

@@ -31,15 +31,13 @@ local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease, patience, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[10]
 
-local err = check(s, layout)
+local err, exists = check(s, layout)
 if err then return err end
-local fkind = redis.call('TYPE', KEYS[5])['ok']
-if fkind ~= 'none' and fkind ~= 'string' then return {-1, fkind, 5} end
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
 local purged = 0
-if redis.call('EXISTS', s.m) == 0 then
+if not exists then
   redis.call('HSET', s.m, '~layout', layout, '~used', 0, '~cap', cap)
 else
   if op == 's' then
@@ -49,8 +47,8 @@ else
   purged = purge(s, now)
 end
 
-local writer = redis.call('HGET', s.m, '~writer')
-local reads = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+local mine = redis.call('HMGET', s.m, '~writer', 'h:' .. owner)
+local writer, reads = mine[1] or nil, tonumber(mine[2])
 local queued = redis.call('ZSCORE', s.q, owner)
 
 -- Every answer from here on hands over and touches. Only a purge (a lease or a waiter's time
@@ -101,16 +99,14 @@ else
     redis.call('HSET', s.m, 'q:' .. owner, op .. units .. '/' .. lease)
     queued, added = true, true
   end
-  for _, o in ipairs(grantable(s)) do
-    if o == owner then may = true end
-  end
+  may = may_go(s, owner)
 end
 
 if may then
   local token = 0
   if op ~= 'r' then
     token = mint(s, clock)
-    if token == nil then return {-1, 'string', 5} end
+    if token == nil then return {-1, redis.call('TYPE', s.f)['ok'], 5} end
   end
   take(s, owner, op, units, lease, now, token)
   if queued then drop_waiter(s, owner) end

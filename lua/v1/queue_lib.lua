@@ -23,19 +23,22 @@ local function now_ms(t)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- nil if the keys hold our data in `layout` (or nothing), else the error reply.
+-- Whether the keys hold our data in `layout`: returns (nil, exists) or the error reply. The
+-- sorted sets are checked when the meta hash is missing; while it exists, our scripts made
+-- them (foreign data there makes the first read fail, before anything is written).
 local function check(s, layout)
   local kind = redis.call('TYPE', s.m)['ok']
   if kind ~= 'none' then
     if kind ~= 'hash' then return {-1, kind, s.i} end
     local found = redis.call('HGET', s.m, '~layout')
     if found ~= layout then return {-2, found or ''} end
+    return nil, true
   end
   for j, k in ipairs({s.h, s.q, s.t}) do
     local zk = redis.call('TYPE', k)['ok']
     if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, s.i + j} end
   end
-  return nil
+  return nil, false
 end
 
 local function drop_waiter(s, o)
@@ -76,7 +79,8 @@ end
 
 -- The waiters at the head of the queue that could all be granted now, in queue order: as many
 -- as the free permits cover, every reader up to the first writer, or one exclusive waiter.
--- A waiter that does not fit stops the walk, so nobody overtakes it.
+-- A waiter that does not fit stops the walk, so nobody overtakes it. Each entry is
+-- {id, op, units, lease}.
 local function grantable(s)
   local out = {}
   local meta = redis.call('HMGET', s.m, '~writer', '~used', '~cap')
@@ -88,7 +92,7 @@ local function grantable(s)
     local batch = redis.call('ZRANGE', s.q, from, from + 15)
     if #batch == 0 then return out end
     for _, o in ipairs(batch) do
-      local op, n = want(s, o)
+      local op, n, lease = want(s, o)
       if op == 's' then
         if used + n > cap then return out end
         used = used + n
@@ -97,18 +101,28 @@ local function grantable(s)
         used = used + 1
       else
         if writer or used > 0 or #out > 0 then return out end
-        out[1] = o
+        out[1] = {o, op, n, lease}
         return out
       end
-      out[#out + 1] = o
+      out[#out + 1] = {o, op, n, lease}
     end
     from = from + 16
   end
 end
 
+-- True if waiter `o` is in the grantable head of the queue.
+local function may_go(s, o)
+  for _, g in ipairs(grantable(s)) do
+    if g[1] == o then return true end
+  end
+  return false
+end
+
 -- A new fencing token: strictly above the last one issued for the name, and never below the
 -- server clock in microseconds (`clock` is a TIME reply). nil if the fence key is foreign.
 local function mint(s, clock)
+  local kind = redis.call('TYPE', s.f)['ok']
+  if kind ~= 'none' and kind ~= 'string' then return nil end
   local last = tonumber(redis.call('GET', s.f) or '0')
   if last == nil then return nil end
   local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -141,8 +155,8 @@ end
 -- waiter that misses the message finds the hold when it next tries (claim `new`).
 local function handoff(s, channel, now, clock)
   local told = {}
-  for _, o in ipairs(grantable(s)) do
-    local op, n, lease = want(s, o)
+  for _, g in ipairs(grantable(s)) do
+    local o, op, n, lease = g[1], g[2], g[3], g[4]
     local deadline = tonumber(redis.call('ZSCORE', s.t, o))
     if deadline then lease = math.max(math.min(lease, deadline - now), 1) end
     local token = 0
@@ -154,7 +168,8 @@ local function handoff(s, channel, now, clock)
   if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end
 end
 
--- Every key lives until the last lease or waiter deadline; an empty structure is deleted.
+-- Every key lives until the last lease or waiter deadline, rounded up to the next whole second
+-- (so most calls find the expiry already right and leave it); an empty structure is deleted.
 local function touch(s)
   local last = -1
   local h = redis.call('ZRANGE', s.h, -1, -1, 'WITHSCORES')
@@ -165,6 +180,8 @@ local function touch(s)
     redis.call('DEL', s.m, s.h, s.q, s.t)
     return
   end
+  last = (math.floor(last / 1000) + 1) * 1000
+  if redis.call('PEXPIRETIME', s.m) == last then return end
   for _, k in ipairs({s.m, s.h, s.q, s.t}) do redis.call('PEXPIREAT', k, last) end
 end
 

@@ -25,11 +25,9 @@
 local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1, f = KEYS[5], ttl = ARGV[5]}
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 
-local err = check(s, layout)
+local err, exists = check(s, layout)
 if err then return err end
-if redis.call('EXISTS', s.m) == 0 then return {0} end
-local fkind = redis.call('TYPE', s.f)['ok']
-if fkind ~= 'none' and fkind ~= 'string' then return {-1, fkind, 5} end
+if not exists then return {0} end
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
