@@ -1,7 +1,8 @@
 //! Distributed locks for async Rust, backed by Redis.
 //!
-//! redlatch gives tokio services a reentrant [`Mutex`] shared across processes through one
-//! Redis server, with what a lock service needs beyond `SET NX`:
+//! redlatch gives tokio services synchronization shared across processes through one Redis
+//! server: a reentrant [`Mutex`], a strictly FIFO [`FairMutex`], a counting [`Semaphore`] with
+//! leased permits and a read-write [`RwLock`], with what a lock service needs beyond `SET NX`:
 //!
 //! * **leases and a watchdog**: every hold has a lease (30 s by default) that one background
 //!   task per client renews while the guard lives, so a crashed holder frees the lock within a
@@ -11,7 +12,8 @@
 //! * **fencing tokens**: [`MutexGuard::fencing_token`] rises with every acquisition, so the
 //!   storage you write to can refuse a holder whose lease ran out while it was paused;
 //! * **push wake-up**: a release wakes the next waiter through one shared subscription, in about
-//!   one round trip, with no herd of retries and no polling;
+//!   one round trip, with no herd of retries and no polling; the queued primitives hand the hold
+//!   to the next waiter inside the release itself;
 //! * **explicit reentrancy**: [`MutexGuard::reenter`], or [`Mutex::lock_as`] with an
 //!   [`OwnerToken`] carried to another task or process;
 //! * **cancel safety**: dropping a `lock()` future never leaves the lock held.
@@ -28,6 +30,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The other primitives come from the same client, and [`LockClient::inspect`] shows what is
+//! going on under any name:
+//!
+//! ```no_run
+//! # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+//! let turn = client.fair_mutex("printer")?.lock().await?; // first come, first served
+//! let permit = client.semaphore("renderers", 4)?.acquire().await?; // at most 4 at once
+//! let reader = client.rwlock("config")?.read().await?; // many readers or one writer
+//! println!("{}", client.inspect("printer").await?);
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees and their limits
 //!
 //! On one Redis server, the lock is exclusive as long as holders finish within their lease;
@@ -38,10 +52,11 @@
 //!
 //! # Redis layout
 //!
-//! Keys are `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence` (the
-//! fencing counter) and the channel `<prefix>:{<name>}:wake`; every key of a lock shares the
-//! hash tag, so each script touches one slot. The scripts live in `lua/v1/`; see
-//! `lua/README.md` for their contracts.
+//! A mutex is `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence`
+//! (the fencing counter) and the channel `<prefix>:{<name>}:wake`. The queued primitives add
+//! `:holders`, `:queue` and `:timeouts` (sorted sets timed by the server's clock). Every key of
+//! a name shares the hash tag, so each script touches one slot. The scripts live in `lua/v1/`;
+//! see `lua/README.md` for their contracts.
 //!
 //! # Minimum supported Rust version
 //!
