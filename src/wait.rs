@@ -186,10 +186,8 @@ where
         let timer = if !w.push_active() {
             let poll = now + backoff.next_delay();
             Some(known.map_or(poll, |d| poll.min(d.max(now))))
-        } else if server {
-            // Unknown (the last attempt failed to reach Redis): poll with backoff.
-            Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
-        } else if w.is_front() {
+        } else if server || w.is_front() {
+            // Unknown (the last attempt did not reach Redis): poll with backoff.
             Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
         } else {
             None

@@ -37,18 +37,7 @@ async fn contended_increments(depth: usize) {
                         nested.push(g);
                     }
                     let start = epoch.elapsed();
-                    let value: Option<u64> = redis::cmd("GET")
-                        .arg(&counter)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(value.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
+                    support::racy_increment(&mut conn, &counter).await;
                     let end = epoch.elapsed();
                     intervals.lock().unwrap().push((start, end));
                     // Innermost first, as nested scopes would.

@@ -130,18 +130,7 @@ async fn a_burst_is_exact_and_leaves_nothing_behind() {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..50 {
                     let guard = mutex.lock().await.unwrap();
-                    let v: Option<u64> = redis::cmd("GET")
-                        .arg(&key)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = redis::cmd("SET")
-                        .arg(&key)
-                        .arg(v.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
+                    support::racy_increment(&mut conn, &key).await;
                     guard.unlock().await.unwrap();
                 }
             }));

@@ -133,6 +133,23 @@ pub fn trace_init() {
         .try_init();
 }
 
+/// Reads `key`, yields, and writes it back plus one: an increment that is exact only when no
+/// one else runs it at the same time, which is what a lock must guarantee.
+pub async fn racy_increment(conn: &mut redis::aio::MultiplexedConnection, key: &str) {
+    let value: Option<u64> = redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET");
+    tokio::task::yield_now().await;
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value.unwrap_or(0) + 1)
+        .query_async(conn)
+        .await
+        .expect("SET");
+}
+
 /// Polls `check` every few milliseconds until it holds: for conditions no signal announces
 /// (what another client or Redis did), never for ordering our own tasks.
 pub async fn until<F, Fut>(mut check: F)
