@@ -145,7 +145,6 @@ pub(crate) async fn inspect(client: &LockClient, name: &str) -> Result<Snapshot>
     for key in keys.queued() {
         invocation.key(key);
     }
-    invocation.key(&keys.fence);
     let raw = client.inner.node.invoke(&invocation).await?;
     parse(name, raw, &keys)
 }
@@ -188,10 +187,9 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
     };
     if let Some(Value::Int(-1)) = items.first() {
         let key = match items.get(2).and_then(int) {
-            Some(5) => &keys.fence,
             Some(2) => &keys.holders,
             Some(3) => &keys.queue,
-            Some(4) => &keys.timeouts,
+            Some(4) => &keys.fence,
             _ => &keys.lock,
         };
         return Err(Error::WrongType {

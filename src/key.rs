@@ -45,11 +45,9 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// The wake-up channel: `<prefix>:{<name>}:wake`.
     pub(crate) wake: String,
-    /// Queued primitives: holder leases `…:holders`, waiter order `…:queue`, waiter
-    /// deadlines `…:timeouts`.
+    /// Queued primitives: shared holders' leases `…:holders` and the waiter order `…:queue`.
     pub(crate) holders: String,
     pub(crate) queue: String,
-    pub(crate) timeouts: String,
 }
 
 impl LockKeys {
@@ -62,14 +60,14 @@ impl LockKeys {
             wake: format!("{lock}:wake"),
             holders: format!("{lock}:holders"),
             queue: format!("{lock}:queue"),
-            timeouts: format!("{lock}:timeouts"),
             lock,
         })
     }
 
-    /// The keys every queue script takes first, in order (see `lua/v1/queue_lib.lua`).
+    /// The `KEYS` of `queue_acquire`, `queue_release` and `inspect`, in order (see
+    /// `lua/v1/queue_lib.lua`); `queue_extend` takes the first three of each item.
     pub(crate) fn queued(&self) -> [&str; 4] {
-        [&self.lock, &self.holders, &self.queue, &self.timeouts]
+        [&self.lock, &self.holders, &self.queue, &self.fence]
     }
 }
 

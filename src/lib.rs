@@ -54,7 +54,7 @@
 //!
 //! A mutex is `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence`
 //! (the fencing counter) and the channel `<prefix>:{<name>}:wake`. The queued primitives add
-//! `:holders`, `:queue` and `:timeouts` (sorted sets timed by the server's clock). Every key of
+//! `:holders` and `:queue` (sorted sets timed by the server's clock). Every key of
 //! a name shares the hash tag, so each script touches one slot. The scripts live in `lua/v1/`;
 //! see `lua/README.md` for their contracts.
 //!

@@ -255,7 +255,6 @@ impl Queued {
             invocation.key(key);
         }
         invocation
-            .key(&self.keys.fence)
             .arg(self.family.layout())
             .arg(op.code())
             .arg(&field)
@@ -271,8 +270,7 @@ impl Queued {
             Lease::new(self.hold(op, &owner, lease, sent_at), inner.tasks.clone())
         };
         let raw = inner.node.invoke(&invocation).await?;
-        let [lock, holders, queue, timeouts] = self.keys.queued();
-        let keys = [lock, holders, queue, timeouts, self.keys.fence.as_str()];
+        let keys = self.keys.queued();
         let (status, reply) = Reply::decode("queue_acquire", raw, &keys, self.family.layout())?;
         match status {
             1 => {
@@ -289,9 +287,9 @@ impl Queued {
                 }))
             }
             0 => {
-                let (wait, position) = (reply.int(1)?, reply.int(2)?);
+                let (wait, queued) = (reply.int(1)?, reply.int(2)? == 1);
                 if let Some(place) = place.as_deref()
-                    && position >= 0
+                    && queued
                 {
                     let mut slot = take(place);
                     if slot.as_ref().is_none_or(|l| l.hold().is_lost()) {
@@ -340,15 +338,13 @@ pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
         invocation.key(key);
     }
     invocation
-        .key(&hold.keys.fence)
         .arg(family.layout())
         .arg(op.code())
         .arg(&hold.owner)
         .arg(&hold.keys.wake)
         .arg(ms(FENCE_TTL));
     let raw = node.invoke(&invocation).await?;
-    let [lock, holders, queue, timeouts] = hold.keys.queued();
-    let keys = [lock, holders, queue, timeouts, hold.keys.fence.as_str()];
+    let keys = hold.keys.queued();
     let (status, reply) = Reply::decode("queue_release", raw, &keys, family.layout())?;
     match status {
         1..=3 => Ok(()),
@@ -364,13 +360,13 @@ pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
 pub(crate) async fn extend_batch(node: &Node, holds: &[(&Hold, u64)]) -> Result<Vec<i64>> {
     let mut invocation = QUEUE_EXTEND.prepare_invoke();
     for (hold, ms) in holds {
-        for key in hold.keys.queued() {
-            invocation.key(key);
+        for key in &hold.keys.queued()[..3] {
+            invocation.key(*key);
         }
-        let what = if matches!(hold.kind, Kind::Queued(_, Op::Waiting { .. })) {
-            "q"
-        } else {
-            "h"
+        let what = match hold.kind {
+            Kind::Queued(_, Op::Waiting { .. }) => "q",
+            Kind::Queued(_, Op::Exclusive | Op::Write) => "w",
+            _ => "h",
         };
         invocation
             .arg(hold.kind.layout())

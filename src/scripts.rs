@@ -183,10 +183,10 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "4681338097857bd5c12a53e7762a3335b1907396"),
-            (&*QUEUE_RELEASE, "b24684f6df1219e9078c1126c10c28a1bd2c7751"),
-            (&*QUEUE_EXTEND, "f7b938edcf1471aad4664a0705ae4bcc13166d88"),
-            (&*INSPECT, "2f989ac95c3bed505bb0242dfa67977420503ed7"),
+            (&*QUEUE_ACQUIRE, "87629bbfb2efe69ea2d7247188cbbba6fefd1a83"),
+            (&*QUEUE_RELEASE, "262f61e02f19755149bf6537caedce85b0f2edd2"),
+            (&*QUEUE_EXTEND, "08f535b9e9de5dd340c5911109b2e4728f0f84ba"),
+            (&*INSPECT, "d701a1894ab37010170bcf9b1211d198ffcc5ba9"),
         ];
         for (script, sha) in pins {
             assert_eq!(script.get_hash(), sha);

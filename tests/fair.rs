@@ -206,7 +206,7 @@ async fn fair_guards_reenter_fence_and_notice_loss() {
         let lost = second.lost();
         let mut conn = redis.conn().await;
         let _: () = redis::cmd("DEL")
-            .arg(format!("{}:holders", redis.lock_key("powers")))
+            .arg(redis.lock_key("powers"))
             .query_async(&mut conn)
             .await
             .unwrap();

@@ -244,3 +244,42 @@ async fn a_writer_downgrades_and_a_reader_cannot_upgrade() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn queued_readers_get_in_once_a_crashed_writers_lease_runs_out() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let lease = Duration::from_millis(500);
+        let mut taken = None;
+        support::crashing(|| async {
+            let client = redis.builder().default_lease(lease).build().unwrap();
+            let writer = client.rwlock("crash").unwrap().write().await.unwrap();
+            taken = Some(Instant::now());
+            // Never released and, once the runtime is gone, never renewed.
+            let _ = Box::leak(Box::new(writer));
+        });
+        let taken = taken.unwrap();
+        // Two readers queue while the dead writer's lease still runs; nobody will ever
+        // release it, so they go in on their own timers once it has run out.
+        let client = redis.client();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let lock = client.rwlock("crash").unwrap();
+                tokio::spawn(async move { lock.read().await.unwrap() })
+            })
+            .collect();
+        let mut guards = Vec::new();
+        for r in readers {
+            guards.push(r.await.unwrap());
+        }
+        assert!(taken.elapsed() >= lease - Duration::from_millis(50));
+        let snapshot = client.inspect("crash").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 2);
+        assert!(snapshot.holders.iter().all(|h| h.exclusive_holds == 0));
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

@@ -166,7 +166,7 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
         ));
         let key = redis.lock_key("retried");
         let mut release = script.prepare_invoke();
-        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+        for k in ["", ":holders", ":queue", ":fence"] {
             release.key(format!("{key}{k}"));
         }
         release
@@ -202,7 +202,7 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         let key = redis.lock_key("retry");
         let owner = redlatch::OwnerToken::new().to_string();
         let mut call = acquire.prepare_invoke();
-        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+        for k in ["", ":holders", ":queue", ":fence"] {
             call.key(format!("{key}{k}"));
         }
         call.arg("semaphore:1")
@@ -255,7 +255,7 @@ async fn raw_queue_acquire(
     ));
     let key = redis.lock_key(name);
     let mut call = script.prepare_invoke();
-    for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+    for k in ["", ":holders", ":queue", ":fence"] {
         call.key(format!("{key}{k}"));
     }
     call.arg("fair:1")
@@ -312,7 +312,7 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
         ));
         let key = redis.lock_key("handed");
         let mut call = release.prepare_invoke();
-        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+        for k in ["", ":holders", ":queue", ":fence"] {
             call.key(format!("{key}{k}"));
         }
         call.arg("fair:1")
@@ -327,7 +327,7 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
             .clone();
         assert_eq!(held_by, &quitter[..8]);
         let mut leave = release.prepare_invoke();
-        for k in ["", ":holders", ":queue", ":timeouts", ":fence"] {
+        for k in ["", ":holders", ":queue", ":fence"] {
             leave.key(format!("{key}{k}"));
         }
         leave
@@ -341,6 +341,71 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
         let guard = next.await.unwrap();
         assert!(guard.fencing_token() > fence);
         guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// Every key under the prefix expires; `what` says which step left one that would not.
+async fn assert_all_expire(redis: &TestRedis, what: &str) {
+    for (key, ttl) in redis.ttls().await {
+        assert!(ttl > 0, "after {what}: {key} has no expiry ({ttl})");
+    }
+}
+
+#[tokio::test]
+async fn keys_made_again_while_a_name_is_in_use_get_an_expiry() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        // Places that last less than the leases, so a queue made while a lock is held does not
+        // push the keys' expiry (the path where only the new key needs one).
+        let client = redis
+            .builder()
+            .waiter_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let lock = client.rwlock("again").unwrap();
+        let writer = lock.write().await.unwrap();
+        assert_all_expire(&redis, "a write hold").await;
+        let reader = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.read().await.unwrap() }
+        });
+        support::until(|| async { redis.queued(&client, "again").await == 1 }).await;
+        assert_all_expire(&redis, "a reader queued behind a writer").await;
+        writer.unlock().await.unwrap();
+        let reader = reader.await.unwrap();
+        // The holders set was empty under the writer: the hand-over made it again.
+        assert_all_expire(&redis, "a read hold handed over").await;
+        let second = lock.read().await.unwrap();
+        let writer = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.write().await.unwrap() }
+        });
+        support::until(|| async { redis.queued(&client, "again").await == 1 }).await;
+        assert_all_expire(&redis, "a writer queued behind readers").await;
+        reader.unlock().await.unwrap();
+        second.unlock().await.unwrap();
+        let writer = writer.await.unwrap();
+        assert_all_expire(&redis, "a write hold handed over").await;
+        writer.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+
+        let sem = client.semaphore("again-sem", 1).unwrap();
+        let mut permit = sem.acquire().await.unwrap();
+        for round in 0..3 {
+            let next = tokio::spawn({
+                let sem = sem.clone();
+                async move { sem.acquire().await.unwrap() }
+            });
+            support::until(|| async { redis.queued(&client, "again-sem").await == 1 }).await;
+            assert_all_expire(&redis, &format!("round {round}: a permit queued for")).await;
+            permit.release().await.unwrap();
+            let handed = next.await.unwrap();
+            assert_all_expire(&redis, &format!("round {round}: a permit handed over")).await;
+            permit = handed;
+        }
+        permit.release().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
     })
     .await;

@@ -3,21 +3,20 @@
 -- KEYS[1]: lock or meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
--- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
--- KEYS[5]: fence key  <prefix>:{<name>}:fence
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence
 -- ARGV[1]: none is read (the script takes no arguments)
 -- returns: {layout, used, capacity, last fence, holders, waiters} where layout is '' when
 --          nothing is stored under the name, holders is a flat list of
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
 --          flat list of (owner, op .. units, ms left before eviction), in queue order.
 --          Holders and waiters whose time ran out are left out. {-1, type, i} for foreign data.
-local m, h, q, t, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local last = '0'
 local fkind = redis.call('TYPE', fence)['ok']
 if fkind == 'string' then last = redis.call('GET', fence)
-elseif fkind ~= 'none' then return {-1, fkind, 5} end
+elseif fkind ~= 'none' then return {-1, fkind, 4} end
 
 local kind = redis.call('TYPE', m)['ok']
 if kind == 'none' then return {'', 0, 0, last, {}, {}} end
@@ -36,26 +35,38 @@ if layout == 'mutex:1' then
   return {layout, 0, 0, last, holders, waiters}
 end
 
-for j, k in ipairs({h, q, t}) do
+for j, k in ipairs({h, q}) do
   local zk = redis.call('TYPE', k)['ok']
   if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, j + 1} end
 end
-local writer = redis.call('HGET', m, '~writer')
+local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence')
+local writer, wexp = meta[1], tonumber(meta[3]) or 0
+if meta[6] then last = meta[6] end
+local shared = {}
 local hs = redis.call('ZRANGE', h, '(' .. now, '+inf', 'BYSCORE', 'WITHSCORES')
+for j = 1, #hs, 2 do shared[hs[j]] = tonumber(hs[j + 1]) end
+if writer and wexp > now then
+  local n, left = 0, wexp - now
+  if shared[writer] then
+    n = redis.call('HGET', m, 'h:' .. writer) or 0
+    left = math.max(left, shared[writer] - now)
+    shared[writer] = nil
+  end
+  for _, v in ipairs({writer, meta[2], n, left}) do holders[#holders + 1] = v end
+end
 for j = 1, #hs, 2 do
   local o = hs[j]
-  local x = 0
-  if o == writer then x = redis.call('HGET', m, '~wholds') end
-  local n = redis.call('HGET', m, 'h:' .. o) or 0
-  for _, v in ipairs({o, x, n, tonumber(hs[j + 1]) - now}) do holders[#holders + 1] = v end
-end
-for _, o in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-  local d = tonumber(redis.call('ZSCORE', t, o))
-  if d and d > now then
-    for _, v in ipairs({o, redis.call('HGET', m, 'q:' .. o) or '', d - now}) do
-      waiters[#waiters + 1] = v
-    end
+  if shared[o] then
+    local n = redis.call('HGET', m, 'h:' .. o) or 0
+    for _, v in ipairs({o, 0, n, shared[o] - now}) do holders[#holders + 1] = v end
   end
 end
-local used = redis.call('HGET', m, '~used') or 0
-return {layout, used, redis.call('HGET', m, '~cap') or 0, last, holders, waiters}
+for _, o in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+  local w = redis.call('HGET', m, 'q:' .. o) or ''
+  local what, d = string.match(w, '^(%a%d+/%d+)/(%d+)$')
+  d = tonumber(d)
+  if d and d > now then
+    for _, v in ipairs({o, what, d - now}) do waiters[#waiters + 1] = v end
+  end
+end
+return {layout, meta[4] or 0, meta[5] or 0, last, holders, waiters}

@@ -1,10 +1,9 @@
 -- name:    queue_acquire
 -- layout:  1 (tag "fair:1", "semaphore:1" or "rwlock:1" in field "~layout" of the meta hash)
--- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..4])
+-- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..3])
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
--- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
--- KEYS[5]: fence key  <prefix>:{<name>}:fence     last fencing token issued for this name
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence     last fencing token issued while idle
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (permits)
 -- ARGV[3]: owner token (also the waiter's id in the queue)
@@ -19,122 +18,92 @@
 --           acquire) or again (re-entry only: add a hold only if the owner holds)
 -- returns: {1, fence, holds}  acquired; fence is 0 for read holds; holds is the owner's hold
 --                             count of this op after the call (the permits for s)
---          {0, wait, pos}     not now: the owner is queued at place pos (0 = head; -1 if
---                             ARGV[7] is 0), and nothing changes without a wake-up message for
---                             `wait` ms (a holder's lease or another waiter's deadline; -1: never)
+--          {0, wait, queued}  not now: queued is 1 if the owner waits in the queue (0 for a try,
+--                             ARGV[7] = 0), and nothing changes without a wake-up message for
+--                             `wait` ms (until the earliest lease or waiter deadline, or a
+--                             little before; -1: never)
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}       the meta hash carries another layout tag
 --          {-3, capacity}     the semaphore is in use with another capacity
 --          {-4}               the owner holds a read lock and asked to write (upgrade refused)
-local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1, f = KEYS[5], ttl = ARGV[8]}
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
-local lease, patience, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[10]
+local lease, patience, channel, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[9], ARGV[10]
 
-local err, exists = check(s, layout)
-if err then return err end
+local s, err = open(KEYS, layout, {'h:' .. owner, 'q:' .. owner})
+if not s then return err end
+s.f, s.ttl, s.cap = KEYS[4], ARGV[8], cap
+if op == 's' and s.exists and num(s, '~cap') ~= cap then return {-3, num(s, '~cap')} end
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local purged = 0
-if not exists then
-  redis.call('HSET', s.m, '~layout', layout, '~used', 0, '~cap', cap)
-else
-  if op == 's' then
-    local stored = tonumber(redis.call('HGET', s.m, '~cap'))
-    if stored ~= cap then return {-3, stored or 0} end
-  end
-  purged = purge(s, now)
-end
+-- Whatever ran out goes to the head of the queue first. A waiter that asks again (it missed its
+-- message, or its timer ran out) hands over too, so nobody waits behind a head that could go.
+if purge(s, now) > 0 or get(s, 'q:' .. owner) then handoff(s, channel, now, clock) end
 
-local mine = redis.call('HMGET', s.m, '~writer', 'h:' .. owner)
-local writer, reads = mine[1] or nil, tonumber(mine[2])
-local queued = redis.call('ZSCORE', s.q, owner)
+local writer = get(s, '~writer')
+local reads = tonumber(get(s, 'h:' .. owner))
+local queued = get(s, 'q:' .. owner) ~= false
 
--- Every answer from here on hands over and touches. Only a purge (a lease or a waiter's time
--- ran out) can make other waiters grantable in this script.
-local function done(reply)
-  if purged > 0 then handoff(s, ARGV[9], now, clock) end
-  touch(s)
-  return reply
-end
-
-local function reentered(fence, holds)
-  redis.call('ZADD', s.h, 'GT', now + lease, owner)
-  return done({1, fence, holds})
-end
-
--- A new owner that already holds: the answer to an earlier attempt was lost. Return that hold.
+-- A new owner that already holds: the answer to an earlier attempt was lost, or a hand-over
+-- came first. Return that hold.
 if claim == 'new' then
   if (op == 'x' or op == 'w') and writer == owner then
-    return done({1, redis.call('HGET', s.m, '~wfence'), tonumber(redis.call('HGET', s.m, '~wholds'))})
+    return finish(s, {1, get(s, '~wfence'), num(s, '~wholds')})
   end
   if (op == 'r' or op == 's') and reads then
-    return done({1, redis.call('HGET', s.m, 'f:' .. owner) or 0, reads})
+    return finish(s, {1, get(s, 'f:' .. owner) or 0, reads})
   end
 end
+
 -- Re-entry never waits: the owner already holds the lock.
 if (op == 'x' or op == 'w') and writer == owner then
-  return reentered(redis.call('HGET', s.m, '~wfence'), redis.call('HINCRBY', s.m, '~wholds', 1))
+  local holds = num(s, '~wholds') + 1
+  put(s, '~wholds', holds)
+  if now + lease > num(s, '~wexp') then
+    put(s, '~wexp', now + lease)
+    deadline(s, now + lease)
+  end
+  return finish(s, {1, get(s, '~wfence'), holds})
 end
 if op == 'r' and (reads or writer == owner) then
-  redis.call('HINCRBY', s.m, '~used', 1)
-  return reentered(0, redis.call('HINCRBY', s.m, 'h:' .. owner, 1))
+  put(s, 'h:' .. owner, (reads or 0) + 1)
+  share(s, owner, 1, now + lease)
+  return finish(s, {1, 0, (reads or 0) + 1})
 end
-if op == 'w' and reads then return done({-4}) end
-if claim == 'again' then return done({0, -1, -1}) end
+if op == 'w' and reads then return finish(s, {-4}) end
+if claim == 'again' then return finish(s, {0, -1, 0}) end
 
--- A caller may take it when it is in the grantable head of the queue. A newcomer facing an
--- empty queue only needs the lock or permits to be free; facing a queue, it takes its place at
--- the tail first: it may still fit (spare permits, readers), and then it goes at once.
-local may, added = false, false
-if not queued and redis.call('ZCARD', s.q) == 0 then
-  local used = tonumber(redis.call('HGET', s.m, '~used')) or 0
-  if op == 's' then may = used + units <= cap
-  elseif op == 'r' then may = not writer
-  else may = (not writer) and used == 0 end
-else
-  if not queued then
-    redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
-    redis.call('HSET', s.m, 'q:' .. owner, op .. units .. '/' .. lease)
-    queued, added = true, true
+-- A newcomer goes at once when nobody waits and it fits. At rest the head of a queue is never
+-- one that could go (releases and purges hand over at once), so a queue means waiting.
+if not queued and num(s, '~waiting') == 0 then
+  local used = num(s, '~used')
+  local fits
+  if op == 's' then fits = used + units <= cap
+  elseif op == 'r' then fits = not writer
+  else fits = (not writer) and used == 0 end
+  if fits then
+    local token = 0
+    if op ~= 'r' then
+      token = mint(s, clock)
+      if token == nil then return finish(s, {-1, redis.call('TYPE', s.f)['ok'], 4}) end
+    end
+    return finish(s, {1, take(s, owner, op, units, now + lease, token), units})
   end
-  may = may_go(s, owner)
 end
 
-if may then
-  local token = 0
-  if op ~= 'r' then
-    token = mint(s, clock)
-    if token == nil then return {-1, redis.call('TYPE', s.f)['ok'], 5} end
-  end
-  take(s, owner, op, units, lease, now, token)
-  if queued then drop_waiter(s, owner) end
-  return done({1, token, units})
-end
-
-local pos = -1
 if patience > 0 then
+  local d = now + patience
+  put(s, 'q:' .. owner, op .. units .. '/' .. lease .. '/' .. d)
   if not queued then
-    redis.call('ZADD', s.q, redis.call('HINCRBY', s.m, '~seq', 1), owner)
-    redis.call('HSET', s.m, 'q:' .. owner, op .. units .. '/' .. lease)
+    local seq = num(s, '~seq') + 1
+    put(s, '~seq', seq)
+    if num(s, '~waiting') == 0 then s.fresh[s.q] = true end
+    put(s, '~waiting', num(s, '~waiting') + 1)
+    redis.call('ZADD', s.q, seq, owner)
   end
-  redis.call('ZADD', s.t, now + patience, owner)
-  pos = redis.call('ZRANK', s.q, owner)
-elseif added then
-  -- A try that does not queue leaves no place behind.
-  drop_waiter(s, owner)
+  deadline(s, d)
 end
-
 local wait = -1
-local first = redis.call('ZRANGE', s.h, 0, 0, 'WITHSCORES')
-if first[2] then wait = tonumber(first[2]) - now end
-local ahead = redis.call('ZRANGE', s.t, 0, 1, 'WITHSCORES')
-for j = 1, #ahead, 2 do
-  if ahead[j] ~= owner then
-    local d = tonumber(ahead[j + 1]) - now
-    if wait < 0 or d < wait then wait = d end
-    break
-  end
-end
-return done({0, wait, pos})
+if s.next then wait = s.next - now end
+return finish(s, {0, wait, patience > 0 and 1 or 0})

@@ -1,9 +1,10 @@
 -- name:    queue_extend
 -- layout:  1 (see queue_acquire)
--- KEYS[4i-3..4i]: meta hash, holders, queue and timeouts of item i (see queue_lib); the
---                 watchdog batches holds and queued waiters of many names in one call
+-- KEYS[3i-2..3i]: meta hash, holders and queue of item i (see queue_lib); the watchdog
+--                 batches holds and queued waiters of many names in one call
 -- ARGV[4i-3]: layout tag of item i
--- ARGV[4i-2]: h (a hold: renew its lease) or q (a waiter: push back its eviction deadline)
+-- ARGV[4i-2]: w (the exclusive hold: renew its lease), h (shared holds: read holds or a
+--             permit) or q (a waiter: push back its place's deadline)
 -- ARGV[4i-1]: owner token
 -- ARGV[4i]:   milliseconds; the lease (or deadline) becomes at least this far from now
 -- returns: one integer per item:
@@ -11,25 +12,47 @@
 --           0  not held (not queued) by this owner any more: expired, released or evicted
 --          -1  a key holds foreign data
 --          -2  the meta hash carries another layout tag
-local now = now_ms()
+local now = now_ms(redis.call('TIME'))
 local out = {}
-for i = 1, #KEYS / 4 do
-  local b = 4 * (i - 1)
-  local s = {m = KEYS[b + 1], h = KEYS[b + 2], q = KEYS[b + 3], t = KEYS[b + 4], i = b + 1}
-  local layout, what, owner = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local err = check(s, layout)
-  if err then
+for i = 1, #KEYS / 3 do
+  local k, a = 3 * (i - 1), 4 * (i - 1)
+  local layout, what, owner = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local s, err = open({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], i = k + 1}, layout, {'q:' .. owner})
+  out[i] = 0
+  if not s then
     out[i] = err[1]
-  else
-    local set = s.h
-    if what == 'q' then set = s.t end
-    local at = tonumber(redis.call('ZSCORE', set, owner))
-    if at and at > now then
-      redis.call('ZADD', set, 'GT', now + tonumber(ARGV[b + 4]), owner)
-      touch(s)
-      out[i] = 1
+  elseif s.exists then
+    local d = now + tonumber(ARGV[a + 4])
+    local fields = {}
+    if what == 'w' then
+      local ends = num(s, '~wexp')
+      if get(s, '~writer') == owner and ends > now then
+        out[i] = 1
+        if d > ends then fields = {'~wexp', d} end
+      end
+    elseif what == 'q' then
+      local op, n, lease, ends = want(get(s, 'q:' .. owner))
+      if get(s, 'q:' .. owner) and ends > now then
+        out[i] = 1
+        if d > ends then fields = {'q:' .. owner, op .. n .. '/' .. lease .. '/' .. d} end
+      end
     else
-      out[i] = 0
+      local ends = tonumber(redis.call('ZSCORE', s.h, owner))
+      if ends and ends > now then
+        out[i] = 1
+        if d > ends then redis.call('ZADD', s.h, d, owner) end
+      end
+    end
+    -- A later deadline never lowers ~next; it may push the keys' expiry.
+    local exp = s.exp
+    if out[i] == 1 and d > exp then
+      exp = (math.floor(d / 1000) + 1) * 1000
+      fields[#fields + 1] = '~exp'
+      fields[#fields + 1] = exp
+    end
+    if #fields > 0 then redis.call('HSET', s.m, unpack(fields)) end
+    if exp ~= s.exp then
+      for _, key in ipairs({s.m, s.h, s.q}) do redis.call('PEXPIREAT', key, exp) end
     end
   end
 end

@@ -1,10 +1,9 @@
 -- name:    queue_release
 -- layout:  1 (see queue_acquire)
--- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..4])
+-- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..3])
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
--- KEYS[4]: timeouts   <prefix>:{<name>}:timeouts
--- KEYS[5]: fence key  <prefix>:{<name>}:fence     (for the tokens of handed-over holds)
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence     (written when the name goes idle)
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
 --          queue: a waiter gave up), Q (leave the queue, and if a hand-over already made the
@@ -22,54 +21,55 @@
 --          {0}             not held (or not queued) by this owner: nothing changed
 --          {-1, type, i}   KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}    the meta hash carries another layout tag
-local s = {m = KEYS[1], h = KEYS[2], q = KEYS[3], t = KEYS[4], i = 1, f = KEYS[5], ttl = ARGV[5]}
-local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
+local layout, op, owner, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local err, exists = check(s, layout)
-if err then return err end
-if not exists then return {0} end
+local s, err = open(KEYS, layout, {'h:' .. owner, 'q:' .. owner})
+if not s then return err end
+if not s.exists then return {0} end
+s.f, s.ttl = KEYS[4], ARGV[5]
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
 local purged = purge(s, now)
-local writer = redis.call('HGET', s.m, '~writer')
+local writer = get(s, '~writer')
 local out = {0}
 if op == 'q' or op == 'Q' then
-  if redis.call('ZSCORE', s.q, owner) then
-    drop_waiter(s, owner)
+  if get(s, 'q:' .. owner) then
+    leave(s, {owner})
     out = {3}
-  elseif op == 'Q' and (writer == owner or redis.call('HEXISTS', s.m, 'h:' .. owner) == 1) then
-    drop_holder(s, owner)
-    out = {2}
+  elseif op == 'Q' then
+    -- A fresh owner holds one kind of hold at most: whichever a hand-over gave it.
+    if writer == owner then
+      unwrite(s)
+      out = {2}
+    end
+    if unshare(s, owner) then out = {2} end
   end
 elseif op == 's' then
-  local n = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
-  if n then
-    drop_holder(s, owner)
-    out = {2}
-  end
+  if unshare(s, owner) then out = {2} end
 elseif op == 'r' then
-  local n = tonumber(redis.call('HGET', s.m, 'h:' .. owner))
+  local n = tonumber(get(s, 'h:' .. owner))
   if n then
-    redis.call('HINCRBY', s.m, '~used', -1)
+    put(s, '~used', num(s, '~used') - 1)
     if n > 1 then
-      out = {1, redis.call('HINCRBY', s.m, 'h:' .. owner, -1)}
+      put(s, 'h:' .. owner, n - 1)
+      out = {1, n - 1}
     else
-      redis.call('HDEL', s.m, 'h:' .. owner)
-      if writer ~= owner then redis.call('ZREM', s.h, owner) end
+      drop(s, 'h:' .. owner)
+      unlist(s, owner)
       out = {2}
     end
   end
 elseif writer == owner then
-  local n = redis.call('HINCRBY', s.m, '~wholds', -1)
+  local n = num(s, '~wholds') - 1
   if n > 0 then
+    put(s, '~wholds', n)
     out = {1, n}
   else
-    redis.call('HDEL', s.m, '~writer', '~wholds', '~wfence')
-    if redis.call('HEXISTS', s.m, 'h:' .. owner) == 0 then redis.call('ZREM', s.h, owner) end
+    unwrite(s)
     out = {2}
   end
 end
-if out[1] ~= 0 or purged > 0 then handoff(s, ARGV[4], now, clock) end
-touch(s)
-return out
+-- Only a last hold, a waiter leaving or a purge can let anyone through.
+if out[1] >= 2 or purged > 0 then handoff(s, channel, now, clock) end
+return finish(s, out)

@@ -93,6 +93,22 @@ impl TestRedis {
             .collect()
     }
 
+    /// Every key under this test's prefix, with its remaining time to live in ms: `-1` means
+    /// the key would stay for ever.
+    pub async fn ttls(&self) -> Vec<(String, i64)> {
+        let mut conn = self.conn().await;
+        let mut out = Vec::new();
+        for key in self.keys().await {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL");
+            out.push((key, ttl));
+        }
+        out
+    }
+
     pub fn lock_key(&self, name: &str) -> String {
         format!("{}:{{{name}}}", self.prefix)
     }
