@@ -38,6 +38,11 @@ impl Default for Config {
     }
 }
 
+/// A duration in whole milliseconds, as the scripts take it.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Checks a lease and returns it in whole milliseconds.
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     if lease < MIN_LEASE || lease > MAX_LEASE {
@@ -46,7 +51,7 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
             format!("{lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"),
         ));
     }
-    Ok(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+    Ok(millis(lease))
 }
 
 impl Config {

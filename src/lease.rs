@@ -1,13 +1,6 @@
-//! Leases: the state of one hold, the watchdog that renews all holds of a client, and the
-//! queue that releases dropped holds.
-//!
-//! One task per client renews every watched hold: it wakes when the earliest renewal is due,
-//! takes every renewal due within the next quarter interval too, and sends them in batches of
-//! up to [`BATCH`] keys per script call. A hold is lost, never to be held again, when a renewal
-//! finds the lock gone or owned by another, or when its lease would have run out (measured from
-//! the moment the last successful renewal was sent) without Redis answering.
+//! Leases: the state of one hold, the guard-side handle that registers it with the watchdog
+//! (`crate::watchdog`), and the queue that releases dropped holds.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -22,10 +15,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::scripts::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT, foreign};
 use crate::token::OwnerToken;
-use crate::wait::sleep_until;
-
-/// The most keys one renewal script call carries.
-pub(crate) const BATCH: usize = 256;
+use crate::watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -100,7 +90,7 @@ impl Op {
 /// One hold of a lock, shared by its guard and the background tasks.
 #[derive(Debug)]
 pub(crate) struct Hold {
-    id: u64,
+    pub(crate) id: u64,
     pub(crate) kind: Kind,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
@@ -155,6 +145,11 @@ impl Hold {
         self.lost.subscribe()
     }
 
+    /// The first term was cut short by a hand-over.
+    pub(crate) fn short_start(&self) -> bool {
+        self.short_start.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn expires_at(&self) -> Instant {
         *self.expires_at.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -175,36 +170,30 @@ impl Hold {
     }
 }
 
-enum Command {
-    Watch(Arc<Hold>),
-    Forget(u64),
-}
-
-/// Senders to the client's background tasks.
+/// Handles on the client's background tasks, shared by the client and every guard. When the
+/// last one goes, the watchdog stops and the release queue ends once it is drained.
 #[derive(Debug, Clone)]
-pub(crate) struct Tasks {
-    watchdog: mpsc::UnboundedSender<Command>,
+pub(crate) struct Tasks(Arc<TasksInner>);
+
+#[derive(Debug)]
+struct TasksInner {
+    watchdog: Arc<Watchdog>,
     releases: mpsc::UnboundedSender<Arc<Hold>>,
 }
 
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Watch(h) => write!(f, "Watch({})", h.id),
-            Self::Forget(id) => write!(f, "Forget({id})"),
-        }
+impl Drop for TasksInner {
+    fn drop(&mut self) {
+        self.watchdog.stop();
     }
 }
 
 impl Tasks {
-    /// Starts the watchdog and the release queue on the current runtime. Both stop once every
-    /// sender (client, handles, guards) is gone and their queues are drained.
+    /// Starts the watchdog and the release queue on the current runtime.
     pub(crate) fn spawn(node: Arc<Node>) -> Self {
-        let (watchdog, rx) = mpsc::unbounded_channel();
-        tokio::spawn(watchdog_task(Arc::clone(&node), rx));
+        let watchdog = Watchdog::spawn(Arc::clone(&node));
         let (releases, rx) = mpsc::unbounded_channel();
         tokio::spawn(release_task(node, rx));
-        Self { watchdog, releases }
+        Self(Arc::new(TasksInner { watchdog, releases }))
     }
 }
 
@@ -219,8 +208,7 @@ pub(crate) struct Lease {
 impl Lease {
     pub(crate) fn new(hold: Hold, tasks: Tasks) -> Self {
         let hold = Arc::new(hold);
-        // If the watchdog is gone the client is shutting down; the lease then simply runs out.
-        let _ = tasks.watchdog.send(Command::Watch(Arc::clone(&hold)));
+        tasks.0.watchdog.watch(Arc::clone(&hold));
         Self {
             hold,
             tasks,
@@ -235,7 +223,7 @@ impl Lease {
     /// Stops watching and hands the hold to the caller, who releases it.
     pub(crate) fn disarm(mut self) -> Arc<Hold> {
         self.armed = false;
-        let _ = self.tasks.watchdog.send(Command::Forget(self.hold.id));
+        self.tasks.0.watchdog.forget(self.hold.id);
         Arc::clone(&self.hold)
     }
 }
@@ -243,113 +231,12 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.tasks.watchdog.send(Command::Forget(self.hold.id));
+            self.tasks.0.watchdog.forget(self.hold.id);
             if !self.hold.is_lost() {
-                let _ = self.tasks.releases.send(Arc::clone(&self.hold));
+                // If the release queue is gone the client is shutting down; the lease then
+                // simply runs out.
+                let _ = self.tasks.0.releases.send(Arc::clone(&self.hold));
             }
-        }
-    }
-}
-
-struct Entry {
-    hold: Arc<Hold>,
-    next_renew: Option<Instant>,
-}
-
-fn interval(hold: &Hold) -> Duration {
-    hold.lease / 3
-}
-
-async fn watchdog_task(node: Arc<Node>, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut entries: HashMap<u64, Entry> = HashMap::new();
-    loop {
-        let wake_at = entries
-            .values()
-            .map(|e| e.next_renew.unwrap_or_else(|| e.hold.expires_at()))
-            .min();
-        tokio::select! {
-            command = commands.recv() => match command {
-                Some(Command::Watch(hold)) => {
-                    // A third of the lease, or of a shorter first term; a fixed lease that
-                    // started short is renewed once, to its full length.
-                    let now = Instant::now();
-                    let left = hold.expires_at().saturating_duration_since(now);
-                    let short = hold.short_start.load(Ordering::Relaxed);
-                    let next_renew = (hold.renew || short)
-                        .then(|| now + interval(&hold).min(left / 3));
-                    entries.insert(hold.id, Entry { hold, next_renew });
-                }
-                Some(Command::Forget(id)) => { entries.remove(&id); }
-                None => return,
-            },
-            _ = sleep_until(wake_at) => renew_due(&node, &mut entries).await,
-        }
-    }
-}
-
-async fn renew_due(node: &Node, entries: &mut HashMap<u64, Entry>) {
-    let now = Instant::now();
-    entries.retain(|_, e| {
-        let expired = now >= e.hold.expires_at();
-        if expired {
-            tracing::warn!(lock = %e.hold.name, "lease ran out before it could be renewed");
-            e.hold.mark_lost();
-        }
-        !expired && !e.hold.is_lost()
-    });
-    let due: Vec<Arc<Hold>> = entries
-        .values()
-        .filter(|e| {
-            e.next_renew
-                .is_some_and(|at| at <= now + interval(&e.hold) / 4)
-        })
-        .map(|e| Arc::clone(&e.hold))
-        .collect();
-    for chunk in due.chunks(BATCH) {
-        let sent_at = Instant::now();
-        let limit = chunk
-            .iter()
-            .map(|h| h.expires_at())
-            .min()
-            .unwrap_or(sent_at);
-        let limit = limit
-            .saturating_duration_since(sent_at)
-            .max(Duration::from_millis(1));
-        let items: Vec<(&Hold, u64)> = chunk.iter().map(|h| (&**h, ms(h.lease))).collect();
-        let outcome = tokio::time::timeout(limit, extend(node, &items)).await;
-        match outcome {
-            Ok(Ok(results)) => {
-                for (hold, status) in chunk.iter().zip(results) {
-                    if status < 0 {
-                        let err = foreign(&hold.keys.lock, status, hold.kind.layout());
-                        tracing::warn!(lock = %hold.name, error = %err, "lease renewal refused");
-                    }
-                    if status == 1 {
-                        hold.confirm(sent_at, hold.lease);
-                        if let Some(e) = entries.get_mut(&hold.id) {
-                            e.next_renew = hold.renew.then(|| sent_at + interval(hold));
-                        }
-                    } else {
-                        tracing::warn!(lock = %hold.name, "lease lost: the lock is gone or held by another owner");
-                        hold.mark_lost();
-                        entries.remove(&hold.id);
-                    }
-                }
-            }
-            Ok(Err(err)) => retry_later(entries, chunk, &format!("{err:#}")),
-            Err(_) => retry_later(entries, chunk, "no answer before the lease runs out"),
-        }
-    }
-}
-
-fn retry_later(entries: &mut HashMap<u64, Entry>, chunk: &[Arc<Hold>], why: &str) {
-    tracing::debug!(holds = chunk.len(), why, "lease renewal failed, retrying");
-    let now = Instant::now();
-    for hold in chunk {
-        if let Some(e) = entries.get_mut(&hold.id) {
-            let retry =
-                (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
-            e.next_renew = Some(now + retry);
         }
     }
 }
@@ -408,10 +295,6 @@ pub(crate) async fn extend(node: &Node, items: &[(&Hold, u64)]) -> Result<Vec<i6
         }
     }
     Ok(out)
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What every guard carries: its client, owner, fencing token and lease. The public guards wrap

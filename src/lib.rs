@@ -81,6 +81,7 @@ mod scripts;
 mod semaphore;
 mod token;
 mod wait;
+mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};

@@ -10,14 +10,14 @@ use tokio::time::Instant;
 
 use crate::backend::Node;
 use crate::client::LockClient;
-use crate::config::{FENCE_TTL, lease_ms};
+use crate::config::{FENCE_TTL, lease_ms, millis};
 use crate::error::{Error, Result};
 use crate::fair::FairMutex;
 use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Kind, Lease, Lost};
 use crate::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_LAYOUT, MUTEX_RELEASE, Reply, statuses};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, Claim, Queueing, noting_lost_answers, wait_for};
+use crate::wait::{Attempt, Claim, OnCancel, Queueing, noting_lost_answers, wait_for};
 
 /// A distributed, reentrant mutual-exclusion lock, named in Redis.
 ///
@@ -279,13 +279,22 @@ impl Mutex {
         }
     }
 
-    /// One acquisition attempt. It runs in its own task so that it completes even if the caller
-    /// is cancelled: an acquired hold nobody receives is dropped, and so released.
+    /// One acquisition attempt, cancel safe. A new owner's attempt runs in the caller's task:
+    /// if the caller gives up before the answer, whatever the owner may hold is released in the
+    /// background. An attempt for an owner that may hold already (re-entry, a carried token)
+    /// runs in its own task instead, so that it completes even if the caller is cancelled: the
+    /// one hold it may add is released exactly once, and the earlier ones are left alone.
     pub(crate) async fn attempt(
         &self,
         owner: OwnerToken,
         claim: Claim,
     ) -> Result<Attempt<MutexGuard>> {
+        if claim == Claim::New {
+            let cancelled = OnCancel::new(|| self.abandon(owner));
+            let result = self.run_acquire(owner, claim).await;
+            cancelled.disarm();
+            return result;
+        }
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         tokio::spawn(async move {
@@ -308,10 +317,15 @@ impl Mutex {
     /// up, but there was none): release whatever the owner may hold, in the background.
     fn abandon_on_error<T>(&self, owner: OwnerToken, claim: Claim, result: Result<T>) -> Result<T> {
         if result.is_err() && claim == Claim::New {
-            let hold = self.hold(owner.as_field(), Instant::now());
-            drop(Lease::new(hold, self.client.inner.tasks.clone()));
+            self.abandon(owner);
         }
         result
+    }
+
+    /// Releases, in the background, the hold a new owner may have got.
+    fn abandon(&self, owner: OwnerToken) {
+        let hold = self.hold(owner.as_field(), Instant::now());
+        drop(Lease::new(hold, self.client.inner.tasks.clone()));
     }
 
     fn hold(&self, field: String, sent_at: Instant) -> Hold {
@@ -339,7 +353,7 @@ impl Mutex {
                     .key(&self.keys.fence)
                     .arg(&field)
                     .arg(lease)
-                    .arg(FENCE_TTL.as_millis() as u64)
+                    .arg(millis(FENCE_TTL))
                     .arg(claim.code()),
             )
             .await?;

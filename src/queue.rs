@@ -25,13 +25,13 @@ use tokio::time::Instant;
 
 use crate::backend::Node;
 use crate::client::LockClient;
-use crate::config::{FENCE_TTL, lease_ms};
+use crate::config::{FENCE_TTL, lease_ms, millis};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{Family, Held, Hold, Kind, Lease, Op};
 use crate::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, Reply, statuses};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, Claim, Queueing, noting_lost_answers, wait_for};
+use crate::wait::{Attempt, Claim, OnCancel, Queueing, noting_lost_answers, wait_for};
 
 /// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
 /// it is left only when the last of them is done with it.
@@ -169,9 +169,13 @@ impl Queued {
         })
     }
 
-    /// One attempt, in its own task so that it completes even if the caller is cancelled: a
-    /// hold nobody receives is dropped, and so released; a queue place nobody keeps is left.
-    /// With a `place`, a busy attempt queues the owner (or keeps its place).
+    /// One attempt, cancel safe. With a `place`, a busy attempt queues the owner (or keeps its
+    /// place). A new owner's attempt runs in the caller's task: if the caller gives up before
+    /// the answer, whatever the owner may hold is released and its place left, in the
+    /// background. An attempt for an owner that may hold already (re-entry, a carried token)
+    /// runs in its own task instead, so that it completes even if the caller is cancelled: a
+    /// hold nobody receives is dropped, and so released exactly once; a place nobody keeps is
+    /// left.
     pub(crate) async fn attempt(
         &self,
         op: Op,
@@ -180,10 +184,16 @@ impl Queued {
         claim: Claim,
         place: Option<Arc<Place>>,
     ) -> Result<Attempt<Held>> {
+        let queueing = place.is_some();
+        if claim == Claim::New {
+            let cancelled = OnCancel::new(|| self.abandon(op, owner, claim, queueing));
+            let result = self.run_attempt(op, units, owner, claim, place).await;
+            cancelled.disarm();
+            return result;
+        }
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         tokio::spawn(async move {
-            let queueing = place.is_some();
             let result = this.run_attempt(op, units, owner, claim, place).await;
             if let Err(Err(err)) = tx.send(result)
                 && err.is_lost_answer()
@@ -261,8 +271,8 @@ impl Queued {
             .arg(units)
             .arg(capacity)
             .arg(lease)
-            .arg(if place.is_some() { ms(patience) } else { 0 })
-            .arg(ms(FENCE_TTL))
+            .arg(if place.is_some() { millis(patience) } else { 0 })
+            .arg(millis(FENCE_TTL))
             .arg(&self.keys.wake)
             .arg(claim.code());
         let sent_at = Instant::now();
@@ -321,10 +331,6 @@ fn take(place: &Place) -> std::sync::MutexGuard<'_, Option<Lease>> {
     place.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Releases one hold of `hold.owner`, or leaves the queue for a waiter's place.
 pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
     let Kind::Queued(family, op) = hold.kind else {
@@ -342,7 +348,7 @@ pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
         .arg(op.code())
         .arg(&hold.owner)
         .arg(&hold.keys.wake)
-        .arg(ms(FENCE_TTL));
+        .arg(millis(FENCE_TTL));
     let raw = node.invoke(&invocation).await?;
     let keys = hold.keys.queued();
     let (status, reply) = Reply::decode("queue_release", raw, &keys, family.layout())?;

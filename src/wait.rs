@@ -55,6 +55,32 @@ pub(crate) async fn noting_lost_answers<T>(
     result
 }
 
+/// Runs `cleanup` when dropped before [`disarm`](Self::disarm): what an attempt of a new owner
+/// leaves behind when its caller gives up while the request may be on its way to Redis. The
+/// cleanup goes through the client's background queue, on the same connection and so after the
+/// request, and gives back whatever the request may have got (what it did not get is refused
+/// harmlessly).
+pub(crate) struct OnCancel<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnCancel<F> {
+    pub(crate) fn new(cleanup: F) -> Self {
+        Self(Some(cleanup))
+    }
+
+    /// The attempt has its answer: nothing to clean up here.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for OnCancel<F> {
+    fn drop(&mut self) {
+        if let Some(cleanup) = self.0.take() {
+            cleanup();
+        }
+    }
+}
+
 /// Where waiters queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Queueing<'a> {

@@ -96,3 +96,67 @@ async fn a_cancelled_lock_as_does_not_change_the_hold_count() {
     })
     .await;
 }
+
+/// What the queued primitives' cancellation test takes: one acquisition, dropped at some point.
+async fn cancel_at_random(client: redlatch::LockClient, kind: &'static str) -> bool {
+    let after = Duration::from_micros(fastrand::u64(0..3_000));
+    let outcome = match kind {
+        "fair" => {
+            let m = client.fair_mutex("cancel-queued").unwrap();
+            tokio::time::timeout(after, async move { m.lock().await.map(drop) }).await
+        }
+        _ => {
+            let s = client.semaphore("cancel-queued", 2).unwrap();
+            tokio::time::timeout(after, async move { s.acquire().await.map(drop) }).await
+        }
+    };
+    match outcome {
+        Ok(result) => {
+            result.unwrap();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_queued_acquires_leave_the_queue_and_redis_clean() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(120), async {
+        let clients = [redis.client(), redis.client()];
+        for kind in ["fair", "semaphore"] {
+            let mut tasks = Vec::new();
+            for i in 0..300usize {
+                tasks.push(tokio::spawn(cancel_at_random(clients[i % 2].clone(), kind)));
+            }
+            let mut won = 0;
+            for t in tasks {
+                won += usize::from(t.await.unwrap());
+            }
+            assert!(won < 300, "{kind}: nothing was cancelled");
+            // Free again at once, with nobody left queued ahead, well before any lease or
+            // waiter timeout (30 s) could have cleared the way.
+            let fresh = redis.client();
+            let snapshot_after = |what: &'static str| {
+                let fresh = fresh.clone();
+                async move {
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                    loop {
+                        let s = fresh.inspect("cancel-queued").await.unwrap();
+                        if s.holders.is_empty() && s.waiters.is_empty() {
+                            break;
+                        }
+                        assert!(
+                            tokio::time::Instant::now() < deadline,
+                            "{what}: left behind {s}"
+                        );
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            };
+            snapshot_after(kind).await;
+            assert!(redis.leftovers().await.is_empty(), "{kind}");
+        }
+    })
+    .await;
+}
