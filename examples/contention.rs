@@ -68,6 +68,7 @@ async fn main() -> AnyResult<()> {
         .get_multiplexed_async_connection()
         .await?;
 
+    let steal_before = cpu_steal();
     let bar = ProgressBar::new(10);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{pos}/{len}] {msg} {elapsed}",
@@ -96,19 +97,13 @@ async fn main() -> AnyResult<()> {
     bar.inc(1);
 
     bar.set_message("16 tasks on one Mutex");
-    let before = commandstats(&mut conn).await?;
-    let contended_plain = contended(&client, false, 16, phase).await?;
-    let after = commandstats(&mut conn).await?;
-    let requests_plain =
-        client_requests(&before, &after) as f64 / contended_plain.acquisitions as f64;
+    let contended_plain = contended(&client, &mut conn, false, 16, phase).await?;
+    let requests_plain = contended_plain.requests_per_acq;
     bar.inc(1);
 
     bar.set_message("16 tasks on one FairMutex");
-    let before = commandstats(&mut conn).await?;
-    let contended_fair = contended(&client, true, 16, phase).await?;
-    let after = commandstats(&mut conn).await?;
-    let requests_fair =
-        client_requests(&before, &after) as f64 / contended_fair.acquisitions as f64;
+    let contended_fair = contended(&client, &mut conn, true, 16, phase).await?;
+    let requests_fair = contended_fair.requests_per_acq;
     bar.inc(1);
 
     bar.set_message("FairMutex order across two clients");
@@ -129,6 +124,9 @@ async fn main() -> AnyResult<()> {
     bar.finish_and_clear();
 
     cleanup(&mut conn, &prefix).await?;
+    let steal_pct = steal_before
+        .zip(cpu_steal())
+        .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
 
     println!("oversell, 32 buyers, stock 100:");
     println!("  without a lock   {oversold_unlocked:>8} sold beyond the stock");
@@ -194,6 +192,12 @@ async fn main() -> AnyResult<()> {
         rw.writer_alone
     );
 
+    if let Some(pct) = steal_pct {
+        println!(
+            "CPU time the hypervisor took from this machine during the run (steal): {pct:.1}%"
+        );
+    }
+
     if args.json {
         let json = serde_json::json!({
             "oversold_unlocked": oversold_unlocked,
@@ -225,6 +229,7 @@ async fn main() -> AnyResult<()> {
             "rw_most_readers": rw.most_readers,
             "rw_writer_wait_ms": rw.writer_wait.as_secs_f64() * 1000.0,
             "rw_writer_alone": rw.writer_alone,
+            "steal_pct": steal_pct,
         });
         println!("{json}");
     }
@@ -433,8 +438,8 @@ async fn handoff(a: &LockClient, b: &LockClient, samples: u64) -> AnyResult<Hist
 }
 
 struct Contended {
-    acquisitions: u64,
     per_s: f64,
+    requests_per_acq: f64,
     retake_share: f64,
     max_wait: Duration,
     jain: f64,
@@ -464,17 +469,23 @@ impl AnyMutex {
     }
 }
 
-/// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section.
+/// How long the contended loops run before they are measured: the queue forms and the
+/// wake-up subscription is set up, which is not the steady state the figures describe.
+const WARM_UP: Duration = Duration::from_millis(300);
+
+/// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section,
+/// measured for `phase` after a [`WARM_UP`].
 async fn contended(
     client: &LockClient,
+    conn: &mut MultiplexedConnection,
     fair: bool,
     tasks: usize,
     phase: Duration,
 ) -> AnyResult<Contended> {
     let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
     let last = Arc::new(std::sync::Mutex::new(usize::MAX));
     let retakes = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
     let mut handles = Vec::new();
     for id in 0..tasks {
         let mutex = AnyMutex::new(
@@ -482,15 +493,20 @@ async fn contended(
             fair,
             if fair { "contended-fair" } else { "contended" },
         )?;
-        let (stop, last, retakes) = (Arc::clone(&stop), Arc::clone(&last), Arc::clone(&retakes));
+        let (stop, measuring, last, retakes) = (
+            Arc::clone(&stop),
+            Arc::clone(&measuring),
+            Arc::clone(&last),
+            Arc::clone(&retakes),
+        );
         handles.push(tokio::spawn(async move {
             let (mut count, mut max_wait) = (0u64, Duration::ZERO);
             while !stop.load(Ordering::Relaxed) {
                 let asked = Instant::now();
                 let guard = mutex.lock().await?;
-                max_wait = max_wait.max(asked.elapsed());
-                count += 1;
-                {
+                if measuring.load(Ordering::Relaxed) {
+                    max_wait = max_wait.max(asked.elapsed());
+                    count += 1;
                     let mut last = last.lock().map_err(|_| "poisoned")?;
                     if *last == id {
                         retakes.fetch_add(1, Ordering::Relaxed);
@@ -502,9 +518,15 @@ async fn contended(
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((count, max_wait))
         }));
     }
+    tokio::time::sleep(WARM_UP).await;
+    let before = commandstats(conn).await?;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
     tokio::time::sleep(phase).await;
-    stop.store(true, Ordering::Relaxed);
+    measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let after = commandstats(conn).await?;
+    stop.store(true, Ordering::Relaxed);
     let mut counts = Vec::new();
     let mut max_wait = Duration::ZERO;
     for h in handles {
@@ -515,8 +537,8 @@ async fn contended(
     let total: f64 = counts.iter().sum();
     let squares: f64 = counts.iter().map(|c| c * c).sum();
     Ok(Contended {
-        acquisitions: total as u64,
         per_s: total / elapsed.as_secs_f64(),
+        requests_per_acq: client_requests(&before, &after) as f64 / total.max(1.0),
         retake_share: retakes.load(Ordering::Relaxed) as f64 / total.max(1.0),
         max_wait,
         jain: total * total / (counts.len() as f64 * squares.max(1.0)),
@@ -643,6 +665,20 @@ async fn readers_and_writer(a: &LockClient, b: &LockClient) -> AnyResult<RwRun> 
         writer_wait,
         writer_alone,
     })
+}
+
+/// Stolen and total CPU time so far (`/proc/stat`, Linux only): on a shared virtual machine the
+/// hypervisor's share makes every figure slower, so the demo reports it beside them.
+fn cpu_steal() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
 }
 
 /// `INFO commandstats` as command → calls.

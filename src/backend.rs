@@ -59,7 +59,8 @@ impl Node {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
-        let conn = deadpool_redis::Connection::take(self.pool.get().await?);
+        // Boxed: the pool's future is several kilobytes, and every lock future would carry it.
+        let conn = deadpool_redis::Connection::take(Box::pin(self.pool.get()).await?);
         if let Ok(mut slot) = self.conn.lock() {
             *slot = Some(conn.clone());
         }
