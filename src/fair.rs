@@ -166,11 +166,10 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        let held = self
-            .inner
-            .try_acquire(Op::Exclusive, 1, OwnerToken::new(), Claim::New)
-            .await?;
-        Ok(held.map(|held| self.guard(held)))
+        Ok(self
+            .try_attempt(OwnerToken::new(), Claim::New)
+            .await?
+            .acquired())
     }
 
     /// Acquires the lock for `owner`: at once if `owner` already holds it (one more hold),
@@ -215,28 +214,21 @@ impl FairMutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
     pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
-        Ok(match self.attempt_as(*owner, Claim::As).await? {
-            Attempt::Acquired(guard) => Some(guard),
-            Attempt::Busy(_) => None,
-        })
+        Ok(self.try_attempt(*owner, Claim::As).await?.acquired())
     }
 
-    /// One attempt for `owner`, without queueing (re-entry never queues).
-    pub(crate) async fn attempt_as(
+    /// One attempt for `owner`, without queueing (re-entry never queues). Busy carries how
+    /// long until the earliest lease (or waiter's place) could run out.
+    pub(crate) async fn try_attempt(
         &self,
         owner: OwnerToken,
         claim: Claim,
     ) -> Result<Attempt<MutexGuard>> {
-        Ok(
-            match self
-                .inner
-                .attempt(Op::Exclusive, 1, owner, claim, None)
-                .await?
-            {
-                Attempt::Acquired(held) => Attempt::Acquired(self.guard(held)),
-                Attempt::Busy(wait) => Attempt::Busy(wait),
-            },
-        )
+        let attempt = self
+            .inner
+            .try_acquire(Op::Exclusive, 1, owner, claim)
+            .await?;
+        Ok(attempt.map(|held| self.guard(held)))
     }
 
     async fn acquire(

@@ -16,7 +16,10 @@
 //!   to the next waiter inside the release itself;
 //! * **explicit reentrancy**: [`MutexGuard::reenter`], or [`Mutex::lock_as`] with an
 //!   [`OwnerToken`] carried to another task or process;
-//! * **cancel safety**: dropping a `lock()` future never leaves the lock held.
+//! * **cancel safety**: dropping a `lock()` future never leaves the lock held;
+//! * **tower layers** (feature `tower`, on by default): [`layer::LockLayer`] and
+//!   [`layer::PermitLayer`] hold a lock or a permit for each HTTP request, for axum, hyper and
+//!   tonic.
 //!
 //! ```no_run
 //! # async fn demo() -> redlatch::Result<()> {
@@ -72,6 +75,9 @@ mod error;
 mod fair;
 mod inspect;
 mod key;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod layer;
 mod lease;
 mod mutex;
 mod notify;

@@ -186,15 +186,10 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        let owner = OwnerToken::new();
-        let attempt = match self.attempt(owner, Claim::New).await {
-            Err(err) if err.is_lost_answer() => self.abandon_on_error(owner, Claim::New, Err(err)),
-            other => other,
-        };
-        Ok(match attempt? {
-            Attempt::Acquired(guard) => Some(guard),
-            Attempt::Busy(_) => None,
-        })
+        Ok(self
+            .try_attempt(OwnerToken::new(), Claim::New)
+            .await?
+            .acquired())
     }
 
     /// Acquires the lock for `owner`, waiting as long as it takes. If `owner` already holds it
@@ -242,10 +237,21 @@ impl Mutex {
     /// ```
     #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.name))]
     pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
-        Ok(match self.attempt(*owner, Claim::As).await? {
-            Attempt::Acquired(guard) => Some(guard),
-            Attempt::Busy(_) => None,
-        })
+        Ok(self.try_attempt(*owner, Claim::As).await?.acquired())
+    }
+
+    /// One attempt without waiting. Busy carries the holder's remaining lease. A new owner's
+    /// attempt whose answer was lost is released in the background.
+    pub(crate) async fn try_attempt(
+        &self,
+        owner: OwnerToken,
+        claim: Claim,
+    ) -> Result<Attempt<MutexGuard>> {
+        let attempt = self.attempt(owner, claim).await;
+        match attempt {
+            Err(err) if err.is_lost_answer() => self.abandon_on_error(owner, claim, Err(err)),
+            other => other,
+        }
     }
 
     async fn acquire(
@@ -433,6 +439,11 @@ impl fmt::Debug for MutexGuard {
 }
 
 impl MutexGuard {
+    #[cfg(feature = "tower")]
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
+    }
+
     pub(crate) fn fair(held: Held, mutex: FairMutex) -> Self {
         Self {
             held,
@@ -567,7 +578,7 @@ impl MutexGuard {
         let owner = self.held.owner;
         let again = match &self.source {
             Source::Plain(mutex) => mutex.attempt(owner, Claim::Again).await?,
-            Source::Fair(mutex) => mutex.attempt_as(owner, Claim::Again).await?,
+            Source::Fair(mutex) => mutex.try_attempt(owner, Claim::Again).await?,
         };
         match again {
             Attempt::Acquired(guard) => Ok(guard),

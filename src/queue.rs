@@ -151,22 +151,20 @@ impl Queued {
         }
     }
 
-    /// One attempt without queueing: `None` when busy.
+    /// One attempt without queueing. Busy carries how long until the earliest lease (or
+    /// waiter's place) could run out.
     pub(crate) async fn try_acquire(
         &self,
         op: Op,
         units: u32,
         owner: OwnerToken,
         claim: Claim,
-    ) -> Result<Option<Held>> {
+    ) -> Result<Attempt<Held>> {
         let attempt = self.attempt(op, units, owner, claim, None).await;
         if matches!(&attempt, Err(err) if err.is_lost_answer()) {
             self.abandon(op, owner, claim, false);
         }
-        Ok(match attempt? {
-            Attempt::Acquired(held) => Some(held),
-            Attempt::Busy(_) => None,
-        })
+        attempt
     }
 
     /// One attempt, cancel safe. With a `place`, a busy attempt queues the owner (or keeps its

@@ -162,7 +162,7 @@ impl RwLock {
             .inner
             .try_acquire(Op::Read, 1, OwnerToken::new(), Claim::New)
             .await?;
-        Ok(held.map(|held| self.read_guard(held)))
+        Ok(held.acquired().map(|held| self.read_guard(held)))
     }
 
     /// Takes a read hold for `owner`: at once if `owner` already reads or writes (re-entry,
@@ -253,7 +253,7 @@ impl RwLock {
             .inner
             .try_acquire(Op::Write, 1, OwnerToken::new(), Claim::New)
             .await?;
-        Ok(held.map(|held| self.write_guard(held)))
+        Ok(held.acquired().map(|held| self.write_guard(held)))
     }
 
     /// Takes the write lock for `owner`: at once if `owner` already writes (re-entry), else

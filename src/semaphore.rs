@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Family, Held, Lost, Op};
 use crate::queue::Queued;
 use crate::token::OwnerToken;
-use crate::wait::Claim;
+use crate::wait::{Attempt, Claim};
 
 /// A distributed counting semaphore: at most `permits` permits are out at once, fleet-wide.
 ///
@@ -241,12 +241,18 @@ impl Semaphore {
     /// ```
     #[tracing::instrument(name = "redlatch.try_acquire", skip_all, fields(semaphore = %self.inner.name, permits = n))]
     pub async fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
+        Ok(self.try_attempt(n).await?.acquired())
+    }
+
+    /// One attempt for `n` permits without queueing. Busy carries how long until the earliest
+    /// permit's lease (or waiter's place) could run out.
+    pub(crate) async fn try_attempt(&self, n: u32) -> Result<Attempt<SemaphorePermit>> {
         self.check(n)?;
-        let held = self
+        let attempt = self
             .inner
             .try_acquire(Op::Permits, n, OwnerToken::new(), Claim::New)
             .await?;
-        Ok(held.map(|held| SemaphorePermit { held, permits: n }))
+        Ok(attempt.map(|held| SemaphorePermit { held, permits: n }))
     }
 
     /// The permits free right now: the capacity minus the permits held by live leases. Only a
@@ -349,6 +355,11 @@ impl fmt::Debug for SemaphorePermit {
 }
 
 impl SemaphorePermit {
+    #[cfg(feature = "tower")]
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
+    }
+
     /// The semaphore's name.
     ///
     /// ```no_run

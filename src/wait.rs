@@ -20,6 +20,23 @@ pub(crate) enum Attempt<T> {
     Busy(Option<Duration>),
 }
 
+impl<T> Attempt<T> {
+    /// The value, if acquired; `None` when busy.
+    pub(crate) fn acquired(self) -> Option<T> {
+        match self {
+            Self::Acquired(value) => Some(value),
+            Self::Busy(_) => None,
+        }
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Attempt<U> {
+        match self {
+            Self::Acquired(value) => Attempt::Acquired(f(value)),
+            Self::Busy(wait) => Attempt::Busy(wait),
+        }
+    }
+}
+
 /// How an attempt claims the lock for its owner (the scripts' `claim` argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
