@@ -450,3 +450,42 @@ async fn a_name_that_cannot_be_used_is_a_bad_request() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn poll_ready_only_asks_the_inner_service_and_the_lock_comes_with_the_call() {
+    // Our own server: the test counts every script call it sees.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let (mut service, mut handle) = tower_test::mock::spawn_layer::<
+            Request<Body>,
+            Response<Body>,
+            _,
+        >(LockLayer::new(client.clone(), by_path));
+        handle.allow(0);
+        assert!(
+            service.poll_ready().is_pending(),
+            "ready before the inner service"
+        );
+        handle.allow(1);
+        assert!(matches!(
+            service.poll_ready(),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        assert_eq!(redis.calls("evalsha").await, 0, "readiness took a lock");
+        let response = tokio::spawn(service.call(request("/mock")));
+        // The inner service is called once the lock is held, with the hold in the request.
+        let (req, reply) = handle.next_request().await.expect("the request");
+        assert_eq!(
+            req.extensions()
+                .get::<RequestHold>()
+                .map(|h| h.name().to_owned()),
+            Some("/mock".to_owned())
+        );
+        assert_eq!(client.inspect("/mock").await.unwrap().holders.len(), 1);
+        reply.send_response(Response::new(Body::from("ok")));
+        assert_eq!(text(response.await.unwrap().unwrap()).await, "ok");
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
