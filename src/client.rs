@@ -11,7 +11,7 @@ use crate::backend::Node;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fair::FairMutex;
-use crate::inspect::Snapshot;
+use crate::inspect::{ForceUnlocked, Snapshot};
 use crate::lease::Tasks;
 use crate::mutex::Mutex;
 use crate::notify::Notifier;
@@ -209,6 +209,33 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, name: &str) -> Result<Snapshot> {
         crate::inspect::inspect(self, name).await
+    }
+
+    /// Ends every hold and queue place of `name` at once, whatever primitive it is in use as:
+    /// an administrator's last resort for a lock whose holder is stuck but alive (a crashed
+    /// holder's lease runs out by itself). Its keys are deleted, except the fencing counter, so
+    /// tokens keep rising. Waiting clients are told and try again (queued waiters lose their
+    /// place and queue anew); holders learn it at their next renewal, when their guards become
+    /// lost, so their work may overlap the next holder's until then: fencing tokens are what
+    /// protects storage from that.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] or [`Error::Layout`] if
+    /// the name's keys hold data redlatch did not write (it is left alone); connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// One script call: dropping the future may leave it done or not done, never half done.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let removed = client.force_unlock("stuck-job").await?;
+    /// println!("{} holders, {} waiters removed", removed.holders, removed.waiters);
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self, name: &str) -> Result<ForceUnlocked> {
+        crate::inspect::force_unlock(self, name).await
     }
 
     /// The prefix of every key this client writes.

@@ -6,9 +6,12 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::client::LockClient;
+use crate::config::FENCE_TTL;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::scripts::{FAIR_LAYOUT, INSPECT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT, int};
+use crate::scripts::{
+    FAIR_LAYOUT, FORCE_UNLOCK, INSPECT, MUTEX_LAYOUT, RWLOCK_LAYOUT, Reply, SEMAPHORE_LAYOUT, int,
+};
 use crate::token::SHORT_ID_LEN;
 
 /// What a name is in use as.
@@ -139,6 +142,72 @@ impl fmt::Display for Snapshot {
     }
 }
 
+/// What [`LockClient::force_unlock`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForceUnlocked {
+    /// What the name was in use as; `None` when nothing was stored under it.
+    pub kind: Option<LockKind>,
+    /// How many owners held it (read holds and permits count per owner).
+    pub holders: u32,
+    /// How many queued waiters lost their place (they are told, and ask again).
+    pub waiters: u32,
+}
+
+fn kind_of(layout: &str, keys: &LockKeys) -> Result<Option<LockKind>> {
+    Ok(match layout {
+        "" => None,
+        MUTEX_LAYOUT => Some(LockKind::Mutex),
+        FAIR_LAYOUT => Some(LockKind::FairMutex),
+        SEMAPHORE_LAYOUT => Some(LockKind::Semaphore),
+        RWLOCK_LAYOUT => Some(LockKind::RwLock),
+        _ => {
+            return Err(Error::Layout {
+                key: keys.lock.clone(),
+                found: layout.to_owned(),
+                expected: "a layout of version 1",
+            });
+        }
+    })
+}
+
+pub(crate) async fn force_unlock(client: &LockClient, name: &str) -> Result<ForceUnlocked> {
+    let keys = LockKeys::new(&client.inner.config.prefix, name)?;
+    let mut invocation = FORCE_UNLOCK.prepare_invoke();
+    for key in keys.queued() {
+        invocation.key(key);
+    }
+    invocation
+        .arg(&keys.wake)
+        .arg(crate::config::millis(FENCE_TTL));
+    let raw = client.inner.node.invoke(&invocation).await?;
+    let keys_list = keys.queued();
+    let raw = match raw {
+        // The status of a successful removal is the layout tag, not a number.
+        Value::Array(items) if matches!(items.first(), Some(Value::BulkString(_))) => items,
+        other => {
+            let (status, reply) =
+                Reply::decode("force_unlock", other, &keys_list, "a layout of version 1")?;
+            return Err(reply.unexpected(status));
+        }
+    };
+    let layout = match raw.first() {
+        Some(v) => text(v)?,
+        None => String::new(),
+    };
+    let count = |i: usize| {
+        raw.get(i)
+            .map(count)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    Ok(ForceUnlocked {
+        kind: kind_of(&layout, &keys)?,
+        holders: count(1)?,
+        waiters: count(2)?,
+    })
+}
+
 pub(crate) async fn inspect(client: &LockClient, name: &str) -> Result<Snapshot> {
     let keys = LockKeys::new(&client.inner.config.prefix, name)?;
     let mut invocation = INSPECT.prepare_invoke();
@@ -208,21 +277,7 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
     else {
         return Err(bad(format!("unexpected reply {items:?}")));
     };
-    let layout = text(layout)?;
-    let kind = match layout.as_str() {
-        "" => None,
-        MUTEX_LAYOUT => Some(LockKind::Mutex),
-        FAIR_LAYOUT => Some(LockKind::FairMutex),
-        SEMAPHORE_LAYOUT => Some(LockKind::Semaphore),
-        RWLOCK_LAYOUT => Some(LockKind::RwLock),
-        _ => {
-            return Err(Error::Layout {
-                key: keys.lock.clone(),
-                found: layout,
-                expected: "a layout of version 1",
-            });
-        }
-    };
+    let kind = kind_of(&text(layout)?, keys)?;
     let holders = holders
         .chunks(4)
         .map(|h| match h {

@@ -93,7 +93,7 @@ pub use client::{LockClient, LockClientBuilder};
 pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use fair::FairMutex;
-pub use inspect::{HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
+pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use lease::Lost;
 pub use mutex::{Mutex, MutexGuard};

@@ -46,6 +46,7 @@ queue_script!(QUEUE_ACQUIRE, "queue_acquire.lua");
 queue_script!(QUEUE_RELEASE, "queue_release.lua");
 queue_script!(QUEUE_EXTEND, "queue_extend.lua");
 script!(INSPECT, "inspect.lua");
+script!(FORCE_UNLOCK, "force_unlock.lua");
 
 /// Reads an integer from a script reply element (Lua numbers arrive as integers, tokens as
 /// strings).
@@ -187,6 +188,7 @@ mod tests {
             (&*QUEUE_RELEASE, "262f61e02f19755149bf6537caedce85b0f2edd2"),
             (&*QUEUE_EXTEND, "08f535b9e9de5dd340c5911109b2e4728f0f84ba"),
             (&*INSPECT, "d701a1894ab37010170bcf9b1211d198ffcc5ba9"),
+            (&*FORCE_UNLOCK, "853434f457eefb6bcf93dbe551e7fcb38988c001"),
         ];
         for (script, sha) in pins {
             assert_eq!(script.get_hash(), sha);
@@ -206,6 +208,7 @@ mod tests {
             ("queue_release", include_str!("../lua/v1/queue_release.lua")),
             ("queue_extend", include_str!("../lua/v1/queue_extend.lua")),
             ("inspect", include_str!("../lua/v1/inspect.lua")),
+            ("force_unlock", include_str!("../lua/v1/force_unlock.lua")),
         ];
         for (name, src) in mutex.into_iter().chain(queue) {
             assert!(src.starts_with(&format!("-- name:    {name}\n")), "{name}");

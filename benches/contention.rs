@@ -1,0 +1,223 @@
+//! The contention benchmark with the Rust peers beside redlatch, on one redis-server that it
+//! starts itself (or the one `REDIS_URL` names):
+//!
+//! ```text
+//! cargo bench --bench contention --features cli            # full mode, about 15 minutes
+//! cargo bench --bench contention --features cli -- --quick # under 2 minutes
+//! ```
+//!
+//! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
+//! their documented defaults and, as `*-tuned`, at the shortest retry delay that still waits:
+//! 1 ms for both (rslock draws its delay from `0..delay`, which is empty at 0; distkit treats 0
+//! as "one attempt, no waiting").
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+#[path = "../src/bin/redlatch/bench.rs"]
+mod bench;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bench::{AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library, Primitive};
+
+/// rslock: Redlock over one server here; `acquire` loops over `lock`, which makes 3 tries with
+/// a random pause of up to `retry_delay` (default 200 ms) between them.
+struct Rslock {
+    manager: rslock::LockManager,
+    prefix: String,
+}
+
+struct RslockContender {
+    manager: rslock::LockManager,
+    resource: Vec<u8>,
+    ttl: Duration,
+}
+
+struct RslockHold(rslock::Lock);
+
+fn rslock_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> Entry {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+    let connect: Connect = Arc::new(move || {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        Box::pin(async move {
+            let mut manager = rslock::LockManager::new(vec![url]);
+            if tuned {
+                manager.set_retry(3, Duration::from_millis(1));
+            }
+            Ok(Arc::new(Rslock { manager, prefix }) as Arc<dyn Library>)
+        })
+    });
+    Entry {
+        name,
+        connect,
+        // Its unlock script's commands; it locks with a plain SET NX PX.
+        script_commands: vec!["get".into(), "del".into()],
+    }
+}
+
+impl Library for Rslock {
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>> {
+        Box::pin(async move {
+            Ok(Box::new(RslockContender {
+                manager: self.manager.clone(),
+                resource: format!("{}:rslock:{name}", self.prefix).into_bytes(),
+                ttl: lease.unwrap_or(Duration::from_secs(30)),
+            }) as Box<dyn Contender>)
+        })
+    }
+}
+
+impl Contender for RslockContender {
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        Box::pin(async move {
+            let lock = self
+                .manager
+                .acquire_no_guard(&self.resource, self.ttl)
+                .await
+                .map_err(|e| format!("rslock: {e}"))?;
+            Ok(Box::new(RslockHold(lock)) as Box<dyn Hold>)
+        })
+    }
+}
+
+impl Hold for RslockHold {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move {
+            self.0.release().await;
+            Ok(())
+        })
+    }
+}
+
+/// distkit: a lock per owner over a `ConnectionManager`, polling every `retry_interval`
+/// (default 50 ms), renewing every third of its 30 s lease.
+struct Distkit {
+    connection: redis::aio::ConnectionManager,
+    prefix: String,
+    retry: Option<Duration>,
+}
+
+struct DistkitContender(Arc<distkit::lock::Mutex>);
+
+struct DistkitHold(distkit::lock::MutexGuard);
+
+fn distkit_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> Entry {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+    let connect: Connect = Arc::new(move || {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        Box::pin(async move {
+            let connection = redis::Client::open(url.as_str())?
+                .get_connection_manager()
+                .await?;
+            let retry = tuned.then_some(Duration::from_millis(1));
+            Ok(Arc::new(Distkit {
+                connection,
+                prefix,
+                retry,
+            }) as Arc<dyn Library>)
+        })
+    });
+    Entry {
+        name,
+        connect,
+        // Its release and renewal scripts' commands; it locks with a plain SET NX PX.
+        script_commands: vec!["get".into(), "del".into(), "pexpire".into()],
+    }
+}
+
+impl Library for Distkit {
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>> {
+        Box::pin(async move {
+            let key = distkit::DistkitRedisKey::try_from(name.replace(':', "-"))?;
+            let namespace = distkit::DistkitRedisKey::try_from(format!("{}-distkit", self.prefix))?;
+            let mut options = distkit::lock::LockOptions::builder(key, self.connection.clone())
+                .namespace(namespace);
+            if let Some(ttl) = lease {
+                options = options.ttl(ttl);
+            }
+            if let Some(retry) = self.retry {
+                options = options.retry_interval(retry);
+            }
+            Ok(
+                Box::new(DistkitContender(distkit::lock::Mutex::new(options.build())))
+                    as Box<dyn Contender>,
+            )
+        })
+    }
+}
+
+impl Contender for DistkitContender {
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        Box::pin(async move {
+            let guard = self.0.lock().await.map_err(|e| format!("distkit: {e}"))?;
+            Ok(Box::new(DistkitHold(guard)) as Box<dyn Hold>)
+        })
+    }
+}
+
+impl Hold for DistkitHold {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move {
+            self.0
+                .release()
+                .await
+                .map_err(|e| format!("distkit: {e}"))?;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> AnyResult<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let (_server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = server::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let prefix = format!("redlatch-bench-{}", std::process::id());
+    let entries = vec![
+        bench::redlatch_entry("redlatch-mutex", &url, &prefix, Primitive::Mutex),
+        bench::redlatch_entry("redlatch-fair", &url, &prefix, Primitive::Fair),
+        bench::redlatch_entry("redlatch-semaphore", &url, &prefix, Primitive::Semaphore(1)),
+        rslock_entry("rslock", &url, &prefix, false),
+        rslock_entry("rslock-tuned", &url, &prefix, true),
+        distkit_entry("distkit", &url, &prefix, false),
+        distkit_entry("distkit-tuned", &url, &prefix, true),
+    ];
+    let bench = bench::Bench {
+        url,
+        prefix,
+        plan: if quick {
+            bench::Plan::quick()
+        } else {
+            bench::Plan::full()
+        },
+        entries,
+        contended: vec![
+            "redlatch-mutex",
+            "redlatch-fair",
+            "rslock",
+            "rslock-tuned",
+            "distkit",
+            "distkit-tuned",
+        ],
+        out_dir: std::path::PathBuf::from("target/bench"),
+    };
+    bench.run().await?;
+    Ok(())
+}

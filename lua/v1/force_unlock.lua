@@ -1,0 +1,43 @@
+-- name:    force_unlock
+-- layout:  1 (removes "mutex:1", "fair:1", "semaphore:1" and "rwlock:1"; refuses anything else)
+-- KEYS[1]: lock or meta hash <prefix>:{<name>}
+-- KEYS[2]: holders    <prefix>:{<name>}:holders
+-- KEYS[3]: queue      <prefix>:{<name>}:queue
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence     (keeps the last token issued)
+-- ARGV[1]: wake-up channel <prefix>:{<name>}:wake
+-- ARGV[2]: lifetime of the fence key in milliseconds
+-- Ends every hold and queue place of the name at once (an administrator's last resort): its
+-- keys go, except the fence key (tokens keep rising). Waiting clients are told on the channel
+-- and try again; holders find out at their next renewal and see their guards lost.
+-- returns: {layout, holders, waiters}  what was removed (layout '' when nothing was stored)
+--          {-1, type, i}              KEYS[i] holds foreign data of that Redis type
+--          {-2, layout}               the hash is not redlatch's (no or unknown layout tag)
+local m, h, q, channel = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local kind = redis.call('TYPE', m)['ok']
+if kind == 'none' then return {'', 0, 0} end
+if kind ~= 'hash' then return {-1, kind, 1} end
+local layout = redis.call('HGET', m, '~layout')
+if layout == 'mutex:1' then
+  local holders = 0
+  for _, f in ipairs(redis.call('HKEYS', m)) do
+    if string.sub(f, 1, 1) ~= '~' then holders = holders + 1 end
+  end
+  redis.call('DEL', m)
+  redis.call('PUBLISH', channel, '1')
+  return {layout, holders, 0}
+end
+if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1' then
+  return {-2, layout or ''}
+end
+for j, k in ipairs({h, q}) do
+  local zk = redis.call('TYPE', k)['ok']
+  if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, j + 1} end
+end
+local holders = redis.call('ZCARD', h)
+if redis.call('HEXISTS', m, '~writer') == 1 then holders = holders + 1 end
+local waiters = redis.call('ZRANGE', q, 0, -1)
+local fence = redis.call('HGET', m, '~fence')
+if fence then redis.call('SET', KEYS[4], fence, 'PX', ARGV[2]) end
+redis.call('DEL', m, h, q)
+if #waiters > 0 then redis.call('PUBLISH', channel, table.concat(waiters, ' ')) end
+return {layout, holders, #waiters}

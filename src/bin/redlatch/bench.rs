@@ -1,0 +1,1209 @@
+//! The contention benchmark, shared by `redlatch bench` and `cargo bench --bench contention`
+//! (which adds the Rust peers): the scenarios, the libraries they run, the figures they take,
+//! and the table, JSON and chart they write.
+//!
+//! Every figure is the median of the repetitions (3 in full mode), taken figure by figure.
+//! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
+//! commands a library's scripts run inside Redis and the measurement's own `INFO`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{HashMap, HashSet};
+use std::error::Error;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::{Config, Pool, Runtime};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use redis::aio::MultiplexedConnection;
+use redlatch::LockClient;
+use serde_json::{Value, json};
+
+pub type AnyResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+// ---------------------------------------------------------------------------------------------
+// Libraries
+// ---------------------------------------------------------------------------------------------
+
+/// A lock library, as one client (a stand-in for one process) sees it.
+pub trait Library: Send + Sync {
+    /// A handle on the lock `name` for one task. `lease` overrides the library's default (and
+    /// its renewal, where it has one) for holders that must stay quiet.
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>>;
+}
+
+/// One task's handle on one lock.
+pub trait Contender: Send + Sync {
+    /// Waits for the lock as the library waits by default.
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>>;
+}
+
+/// A held lock.
+pub trait Hold: Send {
+    /// Releases it and waits for the answer.
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>>;
+}
+
+/// Makes a new client of a library: a stand-in for another process.
+pub type Connect = Arc<dyn Fn() -> BoxFut<'static, AnyResult<Arc<dyn Library>>> + Send + Sync>;
+
+/// One library configuration under test.
+#[derive(Clone)]
+pub struct Entry {
+    /// Its name in the JSON (`library`).
+    pub name: &'static str,
+    pub connect: Connect,
+    /// Commands its scripts run inside Redis: not requests of their own.
+    pub script_commands: Vec<String>,
+}
+
+/// The `redis.call` commands of Lua sources, lowercased.
+pub fn script_commands(sources: &[&str]) -> Vec<String> {
+    let mut set: HashSet<String> = HashSet::new();
+    for src in sources {
+        for quote in ['\'', '"'] {
+            let marker = format!("redis.call({quote}");
+            for rest in src.split(marker.as_str()).skip(1) {
+                if let Some(cmd) = rest.split(quote).next() {
+                    set.insert(cmd.to_lowercase());
+                }
+            }
+        }
+    }
+    set.into_iter().collect()
+}
+
+const LUA: &[&str] = &[
+    include_str!("../../../lua/v1/mutex_acquire.lua"),
+    include_str!("../../../lua/v1/mutex_release.lua"),
+    include_str!("../../../lua/v1/mutex_extend.lua"),
+    include_str!("../../../lua/v1/queue_lib.lua"),
+    include_str!("../../../lua/v1/queue_acquire.lua"),
+    include_str!("../../../lua/v1/queue_release.lua"),
+    include_str!("../../../lua/v1/queue_extend.lua"),
+    include_str!("../../../lua/v1/inspect.lua"),
+];
+
+/// Which redlatch primitive an entry runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Primitive {
+    Mutex,
+    Fair,
+    /// A semaphore of this many permits; each acquisition takes one.
+    Semaphore(u32),
+}
+
+struct Redlatch {
+    client: LockClient,
+    primitive: Primitive,
+}
+
+/// A redlatch client on its own pool.
+pub fn redlatch_client(url: &str, prefix: &str) -> AnyResult<LockClient> {
+    let mut config = Config::from_url(url);
+    config.pool = Some(deadpool_redis::PoolConfig::new(64));
+    let pool = config.create_pool(Some(Runtime::Tokio1))?;
+    Ok(LockClient::builder(pool, url).key_prefix(prefix).build()?)
+}
+
+/// A redlatch primitive as a benchmark entry.
+pub fn redlatch_entry(name: &'static str, url: &str, prefix: &str, primitive: Primitive) -> Entry {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+    Entry {
+        name,
+        connect: Arc::new(move || {
+            let (url, prefix) = (url.clone(), prefix.clone());
+            Box::pin(async move {
+                let client = redlatch_client(&url, &prefix)?;
+                Ok(Arc::new(Redlatch { client, primitive }) as Arc<dyn Library>)
+            })
+        }),
+        script_commands: script_commands(LUA),
+    }
+}
+
+enum RedlatchHandle {
+    Mutex(redlatch::Mutex),
+    Fair(redlatch::FairMutex),
+    Semaphore(redlatch::Semaphore),
+}
+
+impl Library for Redlatch {
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>> {
+        Box::pin(async move {
+            let handle = match (self.primitive, lease) {
+                (Primitive::Mutex, None) => RedlatchHandle::Mutex(self.client.mutex(name)?),
+                (Primitive::Mutex, Some(l)) => {
+                    RedlatchHandle::Mutex(self.client.mutex(name)?.with_lease(l)?)
+                }
+                (Primitive::Fair, None) => RedlatchHandle::Fair(self.client.fair_mutex(name)?),
+                (Primitive::Fair, Some(l)) => {
+                    RedlatchHandle::Fair(self.client.fair_mutex(name)?.with_lease(l)?)
+                }
+                (Primitive::Semaphore(n), None) => {
+                    RedlatchHandle::Semaphore(self.client.semaphore(name, n)?)
+                }
+                (Primitive::Semaphore(n), Some(l)) => {
+                    RedlatchHandle::Semaphore(self.client.semaphore(name, n)?.with_lease(l)?)
+                }
+            };
+            Ok(Box::new(handle) as Box<dyn Contender>)
+        })
+    }
+}
+
+impl Contender for RedlatchHandle {
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        Box::pin(async move {
+            Ok(match self {
+                Self::Mutex(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
+                Self::Fair(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
+                Self::Semaphore(s) => Box::new(s.acquire().await?) as Box<dyn Hold>,
+            })
+        })
+    }
+}
+
+impl Hold for redlatch::MutexGuard {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::MutexGuard::unlock(*self).await?) })
+    }
+}
+
+impl Hold for redlatch::SemaphorePermit {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::SemaphorePermit::release(*self).await?) })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan
+// ---------------------------------------------------------------------------------------------
+
+/// How long and how much: full or quick.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub mode: &'static str,
+    pub repetitions: usize,
+    pub phase: Duration,
+    pub warm_up: Duration,
+    pub uncontended_tasks: Vec<usize>,
+    pub contended_tasks: Vec<usize>,
+    pub handoff_samples: u64,
+    pub handoff_limit: Duration,
+    pub idle_waiters: usize,
+    pub idle_window: Duration,
+    pub watchdog_guards: usize,
+    pub watchdog_lease: Duration,
+    pub watchdog_window: Duration,
+}
+
+impl Plan {
+    /// About 15 minutes with the peers.
+    pub fn full() -> Self {
+        Self {
+            mode: "full",
+            repetitions: 3,
+            phase: Duration::from_secs(2),
+            warm_up: Duration::from_millis(300),
+            uncontended_tasks: vec![1, 8, 32, 128],
+            contended_tasks: vec![2, 4, 16, 64],
+            handoff_samples: 200,
+            handoff_limit: Duration::from_secs(25),
+            idle_waiters: 16,
+            idle_window: Duration::from_secs(10),
+            watchdog_guards: 10_000,
+            watchdog_lease: redlatch::DEFAULT_LEASE,
+            watchdog_window: Duration::from_secs(25),
+        }
+    }
+
+    /// Under 2 minutes with the peers: one repetition, short phases, fewer task counts, and a
+    /// 3 s lease for the watchdog so renewals happen within the window.
+    pub fn quick() -> Self {
+        Self {
+            mode: "quick",
+            repetitions: 1,
+            phase: Duration::from_millis(500),
+            warm_up: Duration::from_millis(200),
+            uncontended_tasks: vec![1, 32],
+            contended_tasks: vec![16],
+            handoff_samples: 30,
+            handoff_limit: Duration::from_secs(4),
+            idle_waiters: 16,
+            idle_window: Duration::from_secs(2),
+            watchdog_guards: 2_000,
+            watchdog_lease: Duration::from_secs(3),
+            watchdog_window: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Which scenarios an entry runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Uncontended,
+    Handoff,
+    Contended,
+    Idle,
+}
+
+/// Everything a run needs.
+pub struct Bench {
+    pub url: String,
+    pub prefix: String,
+    pub plan: Plan,
+    /// Entries that run scenarios 2 to 5.
+    pub entries: Vec<Entry>,
+    /// Entries that take part in the contended scenarios (the mutexes and the peers).
+    pub contended: Vec<&'static str>,
+    /// The directory for `contention.json` and `contention.svg`.
+    pub out_dir: PathBuf,
+}
+
+/// One row of the results.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    pub scenario: &'static str,
+    pub library: &'static str,
+    pub tasks: usize,
+    pub ops_per_s: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub max_wait_ms: Option<f64>,
+    pub jain: Option<f64>,
+    pub requests_per_acq: Option<f64>,
+    pub retake_share: Option<f64>,
+    pub critical_section_ms: Option<f64>,
+    pub cpu_pct: Option<f64>,
+    pub most_out: Option<f64>,
+}
+
+impl Record {
+    fn json(&self) -> Value {
+        json!({
+            "scenario": self.scenario,
+            "library": self.library,
+            "tasks": self.tasks,
+            "ops_per_s": self.ops_per_s,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "max_us": self.max_us,
+            "max_wait_ms": self.max_wait_ms,
+            "jain": self.jain,
+            "requests_per_acq": self.requests_per_acq,
+            "retake_share": self.retake_share,
+            "critical_section_ms": self.critical_section_ms,
+            "cpu_pct": self.cpu_pct,
+            "most_out": self.most_out,
+        })
+    }
+}
+
+/// The median, figure by figure, of repeated records of one configuration.
+fn median_record(runs: Vec<Record>) -> Record {
+    fn med(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+    fn med_opt(runs: &[Record], f: impl Fn(&Record) -> Option<f64>) -> Option<f64> {
+        let v: Vec<f64> = runs.iter().filter_map(&f).collect();
+        (!v.is_empty()).then(|| med(v))
+    }
+    let mut out = runs[0].clone();
+    out.ops_per_s = med(runs.iter().map(|r| r.ops_per_s).collect());
+    out.p50_us = med_opt(&runs, |r| r.p50_us);
+    out.p99_us = med_opt(&runs, |r| r.p99_us);
+    out.max_us = med_opt(&runs, |r| r.max_us);
+    out.max_wait_ms = med_opt(&runs, |r| r.max_wait_ms);
+    out.jain = med_opt(&runs, |r| r.jain);
+    out.requests_per_acq = med_opt(&runs, |r| r.requests_per_acq);
+    out.retake_share = med_opt(&runs, |r| r.retake_share);
+    out.cpu_pct = med_opt(&runs, |r| r.cpu_pct);
+    out.most_out = med_opt(&runs, |r| r.most_out);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------------------------
+
+impl Bench {
+    /// Runs every scenario, prints the table and writes the JSON and the chart.
+    pub async fn run(&self) -> AnyResult<Value> {
+        let mut conn = redis::Client::open(self.url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let plan = &self.plan;
+        let reps = plan.repetitions;
+        let uncontended_runs = self.entries.len() * plan.uncontended_tasks.len();
+        let contended_runs = self.contended.len() * plan.contended_tasks.len() * 2;
+        let total = reps
+            * (1 + uncontended_runs
+                + 2 * self.entries.len()
+                + contended_runs
+                + self.contended.len()
+                + 2);
+        let bar = ProgressBar::new(total as u64);
+        bar.set_style(ProgressStyle::with_template(
+            "{spinner} [{bar:30}] {pos}/{len} {msg} {elapsed}",
+        )?);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let steal_before = cpu_steal();
+        let started = Instant::now();
+        let mut records = Vec::new();
+
+        bar.set_message("raw EVALSHA pairs");
+        let mut raw = Vec::new();
+        for _ in 0..reps {
+            raw.push(raw_cycles(&self.url, &self.prefix, 32, plan.phase).await?);
+            bar.inc(1);
+        }
+        raw.sort_by(f64::total_cmp);
+        let raw_cycles_per_s = raw[raw.len() / 2];
+
+        for entry in &self.entries {
+            for &tasks in &plan.uncontended_tasks {
+                bar.set_message(format!("uncontended: {} x{tasks}", entry.name));
+                let mut runs = Vec::new();
+                for _ in 0..reps {
+                    runs.push(uncontended(entry, tasks, plan.phase).await?);
+                    bar.inc(1);
+                }
+                records.push(median_record(runs));
+            }
+        }
+        for entry in &self.entries {
+            bar.set_message(format!("hand-off: {}", entry.name));
+            let mut runs = Vec::new();
+            for _ in 0..reps {
+                runs.push(handoff(entry, plan.handoff_samples, plan.handoff_limit).await?);
+                bar.inc(1);
+            }
+            records.push(median_record(runs));
+        }
+        for entry in self
+            .entries
+            .iter()
+            .filter(|e| self.contended.contains(&e.name))
+        {
+            for &tasks in &plan.contended_tasks {
+                for cs in [Duration::ZERO, Duration::from_millis(1)] {
+                    bar.set_message(format!(
+                        "contended: {} x{tasks}, {} ms critical section",
+                        entry.name,
+                        cs.as_millis()
+                    ));
+                    let mut runs = Vec::new();
+                    for _ in 0..reps {
+                        runs.push(contended(entry, &mut conn, tasks, cs, plan).await?);
+                        bar.inc(1);
+                    }
+                    records.push(median_record(runs));
+                }
+            }
+        }
+        for entry in &self.entries {
+            bar.set_message(format!("idle waiters: {}", entry.name));
+            let mut runs = Vec::new();
+            for _ in 0..reps {
+                runs.push(idle(entry, &mut conn, plan).await?);
+                bar.inc(1);
+            }
+            records.push(median_record(runs));
+        }
+        bar.set_message("semaphore: 8 permits, 64 tasks");
+        let semaphore_entry = redlatch_entry(
+            "redlatch-semaphore",
+            &self.url,
+            &self.prefix,
+            Primitive::Semaphore(8),
+        );
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            runs.push(semaphore(&semaphore_entry, &mut conn, 64, plan).await?);
+            bar.inc(1);
+        }
+        records.push(median_record(runs));
+        bar.set_message(format!("watchdog: {} guards", plan.watchdog_guards));
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            runs.push(watchdog(&self.url, &self.prefix, &mut conn, plan).await?);
+            bar.inc(1);
+        }
+        records.push(median_record(runs));
+        bar.finish_and_clear();
+        cleanup(&mut conn, &self.prefix).await?;
+
+        let steal_pct = steal_before
+            .zip(cpu_steal())
+            .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
+        let machine = machine(&mut conn).await;
+        print_table(&records, raw_cycles_per_s);
+        println!(
+            "{} mode, {:.0} s; raw EVALSHA acquire+release: {raw_cycles_per_s:.0} cycles/s",
+            plan.mode,
+            started.elapsed().as_secs_f64()
+        );
+        if let Some(pct) = steal_pct {
+            println!("CPU time the hypervisor took during the run (steal): {pct:.1}%");
+        }
+        let report = json!({
+            "mode": plan.mode,
+            "repetitions": reps,
+            "seconds": started.elapsed().as_secs_f64(),
+            "raw_cycles_per_s": raw_cycles_per_s,
+            "steal_pct": steal_pct,
+            "machine": machine,
+            "records": records.iter().map(Record::json).collect::<Vec<_>>(),
+        });
+        std::fs::create_dir_all(&self.out_dir)?;
+        let json_path = self.out_dir.join("contention.json");
+        std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
+        let svg_path = self.out_dir.join("contention.svg");
+        chart(&records, &svg_path)?;
+        println!("wrote {} and {}", json_path.display(), svg_path.display());
+        Ok(report)
+    }
+}
+
+/// Runs `tasks` loops of `cycle(task)` until `stop`; returns the count.
+async fn loop_tasks<F>(tasks: usize, phase: Duration, cycle: F) -> AnyResult<f64>
+where
+    F: Fn(usize) -> BoxFut<'static, AnyResult<()>> + Send + Sync + 'static,
+{
+    let cycle = Arc::new(cycle);
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (stop, count, cycle) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&cycle));
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                cycle(task).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>(())
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    for h in handles {
+        h.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64())
+}
+
+/// The physical reference: redlatch's mutex scripts by EVALSHA over a connection of a pool,
+/// `tasks` tasks on distinct names, with no library logic at all.
+pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
+    static ACQUIRE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(LUA[0]));
+    static RELEASE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(LUA[1]));
+    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
+    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let prefix = prefix.to_owned();
+    loop_tasks(tasks, phase, move |task| {
+        let mut conn = conn.clone();
+        let lock = format!("{prefix}:{{raw-{task}}}");
+        Box::pin(async move {
+            let owner = uuid::Uuid::new_v4().simple().to_string();
+            let _: redis::Value = ACQUIRE
+                .key(&lock)
+                .key(format!("{lock}:fence"))
+                .arg(&owner)
+                .arg(30_000)
+                .arg(60_000)
+                .arg("new")
+                .invoke_async(&mut conn)
+                .await?;
+            let _: redis::Value = RELEASE
+                .key(&lock)
+                .arg(&owner)
+                .arg(format!("{lock}:wake"))
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// `tasks` tasks of one client, each on a name of its own: lock and release in a loop.
+async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) -> AnyResult<Record> {
+    let lib = (entry.connect)().await?;
+    let run = format!("u{}", fastrand::u32(..));
+    let mut contenders = Vec::new();
+    for t in 0..tasks {
+        contenders.push(Arc::from(lib.contender(&format!("{run}-{t}"), None).await?));
+    }
+    let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
+    let ops = loop_tasks(tasks, phase, move |task| {
+        let c = Arc::clone(&contenders[task]);
+        Box::pin(async move { c.lock().await?.release().await })
+    })
+    .await?;
+    Ok(Record {
+        scenario: "uncontended",
+        library: entry.name,
+        tasks,
+        ops_per_s: ops,
+        ..Record::default()
+    })
+}
+
+/// One holder and one waiter, in two clients, taking turns. The holder waits until the other
+/// task is inside `lock()`, holds a random 1 to 100 ms more, and releases; the sample is the
+/// time from the start of the release to the waiter's `lock()` returning. The releaser asks
+/// again only after the other task has the lock, so every sample is a hand-off to a different
+/// task that was already blocked. The hold is random over a span longer than a polling peer's
+/// retry interval, so the release falls at a random point of the waiter's polling cycle
+/// (with a fixed short hold, a waiter polling every 50 ms would always wait about 48 ms).
+async fn handoff(entry: &Entry, samples: u64, limit: Duration) -> AnyResult<Record> {
+    let name = format!("h{}", fastrand::u32(..));
+    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3)?));
+    let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + limit;
+    let mut tasks = Vec::new();
+    for id in 0..2 {
+        let lib = (entry.connect)().await?;
+        let contender = lib.contender(&name, None).await?;
+        let (hist, waiting, released, done) = (
+            Arc::clone(&hist),
+            Arc::clone(&waiting),
+            Arc::clone(&released),
+            Arc::clone(&done),
+        );
+        tasks.push(tokio::spawn(async move {
+            let _lib = lib;
+            loop {
+                waiting[id].store(true, Ordering::SeqCst);
+                let hold = contender.lock().await?;
+                let acquired = Instant::now();
+                waiting[id].store(false, Ordering::SeqCst);
+                let previous = released.lock().map_err(|_| "poisoned")?.take();
+                if let Some((by, at)) = previous
+                    && by != id
+                {
+                    let mut h = hist.lock().map_err(|_| "poisoned")?;
+                    h.record((acquired - at).as_micros() as u64)?;
+                    if h.len() >= samples || Instant::now() >= deadline {
+                        done.store(true, Ordering::SeqCst);
+                    }
+                }
+                if done.load(Ordering::SeqCst) {
+                    hold.release().await?;
+                    return Ok::<_, Box<dyn Error + Send + Sync>>(());
+                }
+                while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..100_000))).await;
+                *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
+                hold.release().await?;
+                while released.lock().map_err(|_| "poisoned")?.is_some()
+                    && !done.load(Ordering::SeqCst)
+                {
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let h = hist.lock().map_err(|_| "poisoned")?.clone();
+    let mean_s = h.mean() / 1e6;
+    Ok(Record {
+        scenario: "handoff",
+        library: entry.name,
+        tasks: 2,
+        ops_per_s: if mean_s > 0.0 { 1.0 / mean_s } else { 0.0 },
+        p50_us: Some(h.value_at_quantile(0.5) as f64),
+        p99_us: Some(h.value_at_quantile(0.99) as f64),
+        max_us: Some(h.max() as f64),
+        max_wait_ms: Some(h.max() as f64 / 1000.0),
+        ..Record::default()
+    })
+}
+
+/// `tasks` tasks of one client looping on one name, measured for a phase after a warm-up.
+async fn contended(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    tasks: usize,
+    critical: Duration,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let lib = (entry.connect)().await?;
+    let name = format!("c{}", fastrand::u32(..));
+    let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(std::sync::Mutex::new(usize::MAX));
+    let retakes = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for id in 0..tasks {
+        let contender = lib.contender(&name, None).await?;
+        let (stop, measuring, last, retakes) = (
+            Arc::clone(&stop),
+            Arc::clone(&measuring),
+            Arc::clone(&last),
+            Arc::clone(&retakes),
+        );
+        handles.push(tokio::spawn(async move {
+            let (mut count, mut max_wait) = (0u64, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                let hold = contender.lock().await?;
+                if measuring.load(Ordering::Relaxed) {
+                    max_wait = max_wait.max(asked.elapsed());
+                    count += 1;
+                    let mut last = last.lock().map_err(|_| "poisoned")?;
+                    if *last == id {
+                        retakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *last = id;
+                }
+                if !critical.is_zero() {
+                    tokio::time::sleep(critical).await;
+                }
+                hold.release().await?;
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>((count, max_wait))
+        }));
+    }
+    tokio::time::sleep(plan.warm_up).await;
+    let before = commandstats(conn).await?;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(plan.phase).await;
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let after = commandstats(conn).await?;
+    stop.store(true, Ordering::Relaxed);
+    let mut counts = Vec::new();
+    let mut max_wait = Duration::ZERO;
+    for h in handles {
+        let (count, wait) = h.await??;
+        counts.push(count as f64);
+        max_wait = max_wait.max(wait);
+    }
+    drop(lib);
+    let total: f64 = counts.iter().sum();
+    let squares: f64 = counts.iter().map(|c| c * c).sum();
+    Ok(Record {
+        scenario: if critical.is_zero() {
+            "contended"
+        } else {
+            "contended-1ms"
+        },
+        library: entry.name,
+        tasks,
+        ops_per_s: total / elapsed.as_secs_f64(),
+        max_wait_ms: Some(max_wait.as_secs_f64() * 1000.0),
+        jain: Some(total * total / (counts.len() as f64 * squares.max(1.0))),
+        requests_per_acq: Some(
+            requests(&before, &after, &entry.script_commands) as f64 / total.max(1.0),
+        ),
+        retake_share: Some(retakes.load(Ordering::Relaxed) as f64 / total.max(1.0)),
+        critical_section_ms: Some(critical.as_secs_f64() * 1000.0),
+        ..Record::default()
+    })
+}
+
+/// `waiters` tasks of one client blocked on a name another client holds (with a long fixed
+/// lease, so the holder sends nothing): the requests per second they cause.
+async fn idle(entry: &Entry, conn: &mut MultiplexedConnection, plan: &Plan) -> AnyResult<Record> {
+    let name = format!("i{}", fastrand::u32(..));
+    let holder_lib = (entry.connect)().await?;
+    let holder = holder_lib
+        .contender(&name, Some(Duration::from_secs(300)))
+        .await?
+        .lock()
+        .await?;
+    let lib = (entry.connect)().await?;
+    let mut waiters = Vec::new();
+    for _ in 0..plan.idle_waiters {
+        let contender = lib.contender(&name, None).await?;
+        waiters.push(tokio::spawn(async move {
+            let hold = contender.lock().await?;
+            hold.release().await
+        }));
+    }
+    // Let them settle: subscribe, queue, make their first attempts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = commandstats(conn).await?;
+    let started = Instant::now();
+    tokio::time::sleep(plan.idle_window).await;
+    let after = commandstats(conn).await?;
+    let elapsed = started.elapsed();
+    for w in &waiters {
+        w.abort();
+    }
+    holder.release().await?;
+    drop((lib, holder_lib));
+    Ok(Record {
+        scenario: "idle",
+        library: entry.name,
+        tasks: plan.idle_waiters,
+        ops_per_s: requests(&before, &after, &entry.script_commands) as f64 / elapsed.as_secs_f64(),
+        ..Record::default()
+    })
+}
+
+/// `tasks` tasks over two clients looping on one semaphore (one yield while holding).
+async fn semaphore(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    tasks: usize,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let name = format!("s{}", fastrand::u32(..));
+    let libs = [(entry.connect)().await?, (entry.connect)().await?];
+    let out = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut contenders = Vec::new();
+    for t in 0..tasks {
+        contenders.push(Arc::from(libs[t % 2].contender(&name, None).await?));
+    }
+    let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
+    let before = commandstats(conn).await?;
+    let counted = Arc::new(AtomicU64::new(0));
+    let (out2, most2, counted2) = (Arc::clone(&out), Arc::clone(&most), Arc::clone(&counted));
+    let ops = loop_tasks(tasks, plan.phase, move |task| {
+        let c = Arc::clone(&contenders[task]);
+        let (out, most, counted) = (Arc::clone(&out2), Arc::clone(&most2), Arc::clone(&counted2));
+        Box::pin(async move {
+            let hold = c.lock().await?;
+            let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            out.fetch_sub(1, Ordering::SeqCst);
+            hold.release().await?;
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    })
+    .await?;
+    let after = commandstats(conn).await?;
+    let acquisitions = counted.load(Ordering::Relaxed) as f64;
+    Ok(Record {
+        scenario: "semaphore",
+        library: entry.name,
+        tasks,
+        ops_per_s: ops,
+        requests_per_acq: Some(
+            requests(&before, &after, &entry.script_commands) as f64 / acquisitions.max(1.0),
+        ),
+        most_out: Some(most.load(Ordering::SeqCst) as f64),
+        ..Record::default()
+    })
+}
+
+/// Many guards held at once on one client: the renewal requests per second, and the client
+/// process's CPU while it does nothing else.
+async fn watchdog(
+    url: &str,
+    prefix: &str,
+    conn: &mut MultiplexedConnection,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let mut config = Config::from_url(url);
+    config.pool = Some(deadpool_redis::PoolConfig::new(64));
+    let client = LockClient::builder(config.create_pool(Some(Runtime::Tokio1))?, url)
+        .key_prefix(prefix)
+        .default_lease(plan.watchdog_lease)
+        .build()?;
+    let run = format!("w{}", fastrand::u32(..));
+    let mut guards = Vec::with_capacity(plan.watchdog_guards);
+    for chunk in (0..plan.watchdog_guards).collect::<Vec<_>>().chunks(256) {
+        let locks = chunk.iter().map(|i| {
+            let mutex = client.mutex(&format!("{run}-{i}"));
+            async move { mutex?.lock().await }
+        });
+        for guard in futures_util::future::join_all(locks).await {
+            guards.push(guard?);
+        }
+    }
+    // Renewals of the earliest guards may be due from a third of the lease on.
+    let before = commandstats(conn).await?;
+    let cpu_before = process_cpu();
+    let started = Instant::now();
+    tokio::time::sleep(plan.watchdog_window).await;
+    let after = commandstats(conn).await?;
+    let cpu = process_cpu()
+        .zip(cpu_before)
+        .map(|(b, a)| 100.0 * (b - a) / started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed();
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    if held != guards.len() {
+        return Err(format!(
+            "{} of {} guards lost their lease",
+            guards.len() - held,
+            guards.len()
+        )
+        .into());
+    }
+    for g in guards {
+        drop(g);
+    }
+    Ok(Record {
+        scenario: "watchdog",
+        library: "redlatch-mutex",
+        tasks: plan.watchdog_guards,
+        ops_per_s: requests(&before, &after, &script_commands(LUA)) as f64 / elapsed.as_secs_f64(),
+        cpu_pct: cpu,
+        ..Record::default()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements
+// ---------------------------------------------------------------------------------------------
+
+/// `INFO commandstats` as command → calls.
+pub async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
+
+/// Requests clients sent between two snapshots: every command but those in `inside` (run by
+/// scripts) and the measurement's `INFO`.
+pub fn requests(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    inside: &[String],
+) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info" && !inside.iter().any(|i| i == *name))
+        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Stolen and total CPU ticks so far (`/proc/stat`, Linux only).
+pub fn cpu_steal() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
+}
+
+/// CPU seconds this process has used (`/proc/self/stat`, Linux only; 100 ticks a second).
+fn process_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// The machine and server the figures come from.
+async fn machine(conn: &mut MultiplexedConnection) -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_default()
+        .to_owned();
+    json!({
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "os": std::env::consts::OS,
+        "redis": version,
+    })
+}
+
+async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(conn)
+        .await?;
+    for chunk in keys.chunks(1000) {
+        let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------------
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+fn print_table(records: &[Record], raw: f64) {
+    let scenarios = [
+        (
+            "uncontended",
+            "uncontended lock+release, each task on its own name (ops/s)",
+        ),
+        (
+            "handoff",
+            "hand-off from a release to a waiter blocked in another client",
+        ),
+        (
+            "contended",
+            "tasks of one client looping on one name, empty critical section",
+        ),
+        ("contended-1ms", "the same with a 1 ms critical section"),
+        (
+            "idle",
+            "waiters blocked on a held name: Redis requests/s they cause",
+        ),
+        (
+            "semaphore",
+            "semaphore of 8 permits, tasks over two clients",
+        ),
+        (
+            "watchdog",
+            "guards held on one client: renewal requests/s and client CPU",
+        ),
+    ];
+    for (scenario, title) in scenarios {
+        let rows: Vec<&Record> = records.iter().filter(|r| r.scenario == scenario).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        println!("\n{title}");
+        match scenario {
+            "uncontended" => {
+                println!(
+                    "  {:<20} {:>6} {:>10} {:>8}",
+                    "library", "tasks", "ops/s", "of raw"
+                );
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>6} {:>10.0} {:>7.0}%",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        100.0 * r.ops_per_s / raw
+                    );
+                }
+            }
+            "handoff" => {
+                println!(
+                    "  {:<20} {:>10} {:>10} {:>10}",
+                    "library", "p50 µs", "p99 µs", "max µs"
+                );
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>10} {:>10} {:>10}",
+                        r.library,
+                        fmt_opt(r.p50_us, 0),
+                        fmt_opt(r.p99_us, 0),
+                        fmt_opt(r.max_us, 0)
+                    );
+                }
+            }
+            "contended" | "contended-1ms" => {
+                println!(
+                    "  {:<20} {:>6} {:>10} {:>8} {:>12} {:>7} {:>9}",
+                    "library", "tasks", "acq/s", "re-take", "longest ms", "Jain", "req/acq"
+                );
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>6} {:>10.0} {:>7.1}% {:>12} {:>7} {:>9}",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        100.0 * r.retake_share.unwrap_or_default(),
+                        fmt_opt(r.max_wait_ms, 1),
+                        fmt_opt(r.jain, 3),
+                        fmt_opt(r.requests_per_acq, 2)
+                    );
+                }
+            }
+            "idle" => {
+                println!("  {:<20} {:>8} {:>12}", "library", "waiters", "requests/s");
+                for r in rows {
+                    println!("  {:<20} {:>8} {:>12.2}", r.library, r.tasks, r.ops_per_s);
+                }
+            }
+            "semaphore" => {
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>4} tasks {:>10.0} acq/s, {} req/acq, at most {} permits out",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        fmt_opt(r.requests_per_acq, 2),
+                        fmt_opt(r.most_out, 0)
+                    );
+                }
+            }
+            _ => {
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>6} guards {:>8.1} renewal requests/s, client CPU {}%",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        fmt_opt(r.cpu_pct, 1)
+                    );
+                }
+            }
+        }
+    }
+    println!();
+}
+
+/// Two panels: hand-off latency (p50 and p99, log scale) and acquisitions/s of 16 tasks on
+/// one name, per library.
+fn chart(records: &[Record], path: &Path) -> AnyResult<()> {
+    use plotters::prelude::*;
+
+    let handoff: Vec<&Record> = records.iter().filter(|r| r.scenario == "handoff").collect();
+    let tasks = records
+        .iter()
+        .filter(|r| r.scenario == "contended")
+        .map(|r| r.tasks)
+        .find(|t| *t == 16)
+        .or_else(|| {
+            records
+                .iter()
+                .find(|r| r.scenario == "contended")
+                .map(|r| r.tasks)
+        })
+        .unwrap_or(16);
+    let contended: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "contended" && r.tasks == tasks)
+        .collect();
+    let root = SVGBackend::new(path, (1200, 460)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(600);
+
+    let labels: Vec<&str> = handoff.iter().map(|r| r.library).collect();
+    let top = handoff
+        .iter()
+        .filter_map(|r| r.p99_us)
+        .fold(1.0f64, f64::max)
+        * 2.0
+        / 1000.0;
+    let mut chart = ChartBuilder::on(&left)
+        .caption(
+            "hand-off latency, ms (p50 solid, p99 light; log scale)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(60)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (0..labels.len()).into_segmented(),
+            (0.01f64..top.max(1.0)).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).copied().unwrap_or_default().to_owned(),
+            _ => String::new(),
+        })
+        .y_desc("ms")
+        .draw()?;
+    chart.draw_series(
+        Histogram::vertical(&chart)
+            .style(BLUE.mix(0.3).filled())
+            .margin(8)
+            .data(
+                handoff
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (i, r.p99_us.unwrap_or_default() / 1000.0)),
+            ),
+    )?;
+    chart.draw_series(
+        Histogram::vertical(&chart)
+            .style(BLUE.filled())
+            .margin(20)
+            .data(
+                handoff
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (i, r.p50_us.unwrap_or_default() / 1000.0)),
+            ),
+    )?;
+
+    let labels: Vec<&str> = contended.iter().map(|r| r.library).collect();
+    let top = contended.iter().map(|r| r.ops_per_s).fold(1.0f64, f64::max) * 1.15;
+    let caption = format!("{tasks} tasks on one name, empty critical section: acquisitions/s");
+    let mut chart = ChartBuilder::on(&right)
+        .caption(caption, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..labels.len()).into_segmented(), 0f64..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).copied().unwrap_or_default().to_owned(),
+            _ => String::new(),
+        })
+        .draw()?;
+    chart.draw_series(
+        Histogram::vertical(&chart)
+            .style(GREEN.filled())
+            .margin(12)
+            .data(contended.iter().enumerate().map(|(i, r)| (i, r.ops_per_s))),
+    )?;
+    root.present()?;
+    Ok(())
+}

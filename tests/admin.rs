@@ -1,0 +1,126 @@
+//! `LockClient::force_unlock`: an administrator ends every hold and queue place of a name.
+
+mod support;
+
+use std::time::Duration;
+
+use redlatch::{Error, LockKind};
+use support::{TestRedis, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn force_unlock_frees_a_held_mutex_and_wakes_its_waiter() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // The holder renews often, so it learns of the removal at once.
+        let stuck = redis
+            .builder()
+            .default_lease(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let guard = stuck.mutex("job").unwrap().lock().await.unwrap();
+        let lost = guard.lost();
+        let other = redis.client();
+        let waiter = tokio::spawn({
+            let mutex = other.mutex("job").unwrap();
+            async move { mutex.lock().await.unwrap() }
+        });
+        let admin = redis.client();
+        let removed = admin.force_unlock("job").await.unwrap();
+        assert_eq!(removed.kind, Some(LockKind::Mutex));
+        assert_eq!((removed.holders, removed.waiters), (1, 0));
+        // The waiter was told and took the lock, with a later token; the old holder knows.
+        let next = waiter.await.unwrap();
+        assert!(next.fencing_token() > guard.fencing_token());
+        lost.await;
+        assert!(!guard.is_held());
+        next.unlock().await.unwrap();
+        drop(guard);
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+        // Nothing stored: nothing removed.
+        let removed = admin.force_unlock("job").await.unwrap();
+        assert_eq!(
+            (removed.kind, removed.holders, removed.waiters),
+            (None, 0, 0)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn force_unlock_empties_a_fair_queue_and_its_waiters_queue_again() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let stuck = redis
+            .builder()
+            .default_lease(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let guard = stuck.fair_mutex("queue").unwrap().lock().await.unwrap();
+        let token = guard.fencing_token();
+        let client = redis.client();
+        let mut waiters = Vec::new();
+        for _ in 0..2 {
+            let mutex = client.fair_mutex("queue").unwrap();
+            waiters.push(tokio::spawn(async move {
+                let g = mutex.lock().await.unwrap();
+                let token = g.fencing_token();
+                g.unlock().await.unwrap();
+                token
+            }));
+        }
+        support::until(|| async { redis.queued(&client, "queue").await == 2 }).await;
+        let removed = client.force_unlock("queue").await.unwrap();
+        assert_eq!(removed.kind, Some(LockKind::FairMutex));
+        assert_eq!((removed.holders, removed.waiters), (1, 2));
+        for w in waiters {
+            // Tokens keep rising across the removal: the counter survived it.
+            assert!(w.await.unwrap() > token);
+        }
+        guard.lost().await;
+        drop(guard);
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn force_unlock_leaves_data_it_does_not_own_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let key = redis.lock_key("theirs");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(matches!(
+            client.force_unlock("theirs").await,
+            Err(Error::WrongType { .. })
+        ));
+        let other = redis.lock_key("hash");
+        let _: () = redis::cmd("HSET")
+            .arg(&other)
+            .arg("field")
+            .arg("1")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(matches!(
+            client.force_unlock("hash").await,
+            Err(Error::Layout { .. })
+        ));
+        let kept: u64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .arg(&other)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kept, 2);
+    })
+    .await;
+}
