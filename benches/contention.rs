@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench contention --features cli            # full mode, about 15 minutes
 //! cargo bench --bench contention --features cli -- --quick # under 2 minutes
+//! cargo bench --bench contention --features cli -- --handoff-hold-ms 100
 //! ```
 //!
 //! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
@@ -181,6 +182,12 @@ impl Hold for DistkitHold {
 async fn main() -> AnyResult<()> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let hold_ms = args
+        .iter()
+        .position(|a| a == "--handoff-hold-ms")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse::<u64>())
+        .transpose()?;
     let (_server, url) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
@@ -199,14 +206,18 @@ async fn main() -> AnyResult<()> {
         distkit_entry("distkit", &url, &prefix, false),
         distkit_entry("distkit-tuned", &url, &prefix, true),
     ];
+    let mut plan = if quick {
+        bench::Plan::quick()
+    } else {
+        bench::Plan::full()
+    };
+    if let Some(ms) = hold_ms {
+        plan.handoff_hold_ms = ms;
+    }
     let bench = bench::Bench {
         url,
         prefix,
-        plan: if quick {
-            bench::Plan::quick()
-        } else {
-            bench::Plan::full()
-        },
+        plan,
         entries,
         contended: vec![
             "redlatch-mutex",

@@ -204,6 +204,8 @@ pub struct Plan {
     pub contended_tasks: Vec<usize>,
     pub handoff_samples: u64,
     pub handoff_limit: Duration,
+    /// The holder holds 1 ms to this many ms (at random) once the waiter is blocked.
+    pub handoff_hold_ms: u64,
     pub idle_waiters: usize,
     pub idle_window: Duration,
     pub watchdog_guards: usize,
@@ -221,8 +223,9 @@ impl Plan {
             warm_up: Duration::from_millis(300),
             uncontended_tasks: vec![1, 8, 32, 128],
             contended_tasks: vec![2, 4, 16, 64],
-            handoff_samples: 200,
+            handoff_samples: 300,
             handoff_limit: Duration::from_secs(25),
+            handoff_hold_ms: 5,
             idle_waiters: 16,
             idle_window: Duration::from_secs(10),
             watchdog_guards: 10_000,
@@ -241,8 +244,9 @@ impl Plan {
             warm_up: Duration::from_millis(200),
             uncontended_tasks: vec![1, 32],
             contended_tasks: vec![16],
-            handoff_samples: 30,
+            handoff_samples: 40,
             handoff_limit: Duration::from_secs(4),
+            handoff_hold_ms: 5,
             idle_waiters: 16,
             idle_window: Duration::from_secs(2),
             watchdog_guards: 2_000,
@@ -291,6 +295,8 @@ pub struct Record {
     pub critical_section_ms: Option<f64>,
     pub cpu_pct: Option<f64>,
     pub most_out: Option<f64>,
+    pub mean_us: Option<f64>,
+    pub hold_ms: Option<f64>,
 }
 
 impl Record {
@@ -310,6 +316,8 @@ impl Record {
             "critical_section_ms": self.critical_section_ms,
             "cpu_pct": self.cpu_pct,
             "most_out": self.most_out,
+            "mean_us": self.mean_us,
+            "hold_ms": self.hold_ms,
         })
     }
 }
@@ -335,6 +343,7 @@ fn median_record(runs: Vec<Record>) -> Record {
     out.retake_share = med_opt(&runs, |r| r.retake_share);
     out.cpu_pct = med_opt(&runs, |r| r.cpu_pct);
     out.most_out = med_opt(&runs, |r| r.most_out);
+    out.mean_us = med_opt(&runs, |r| r.mean_us);
     out
 }
 
@@ -391,7 +400,7 @@ impl Bench {
             bar.set_message(format!("hand-off: {}", entry.name));
             let mut runs = Vec::new();
             for _ in 0..reps {
-                runs.push(handoff(entry, plan.handoff_samples, plan.handoff_limit).await?);
+                runs.push(handoff(entry, plan).await?);
                 bar.inc(1);
             }
             records.push(median_record(runs));
@@ -570,13 +579,19 @@ async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) -> AnyResult<
 }
 
 /// One holder and one waiter, in two clients, taking turns. The holder waits until the other
-/// task is inside `lock()`, holds a random 1 to 100 ms more, and releases; the sample is the
-/// time from the start of the release to the waiter's `lock()` returning. The releaser asks
-/// again only after the other task has the lock, so every sample is a hand-off to a different
-/// task that was already blocked. The hold is random over a span longer than a polling peer's
-/// retry interval, so the release falls at a random point of the waiter's polling cycle
-/// (with a fixed short hold, a waiter polling every 50 ms would always wait about 48 ms).
-async fn handoff(entry: &Entry, samples: u64, limit: Duration) -> AnyResult<Record> {
+/// task is inside `lock()`, holds a random `hold` more (1 to 5 ms by default), and releases;
+/// the sample is the time from the start of the release to the waiter's `lock()` returning.
+/// The releaser asks again only after the other task has the lock, so every sample is a
+/// hand-off to a different task that was already blocked.
+///
+/// With holds of a few ms, a waiter that polls at a fixed interval (distkit: 50 ms) is always
+/// released just after its first attempt and waits almost a whole interval; holds spread over
+/// more than the interval (`--handoff-hold-ms 100`) put the release at a random point of its
+/// cycle instead, at the price of longer idle gaps, which on a virtual machine make every
+/// wake-up slower.
+async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
+    let (samples, limit) = (plan.handoff_samples, plan.handoff_limit);
+    let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
     let name = format!("h{}", fastrand::u32(..));
     let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3)?));
     let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
@@ -587,11 +602,12 @@ async fn handoff(entry: &Entry, samples: u64, limit: Duration) -> AnyResult<Reco
     for id in 0..2 {
         let lib = (entry.connect)().await?;
         let contender = lib.contender(&name, None).await?;
-        let (hist, waiting, released, done) = (
+        let (hist, waiting, released, done, hold_us) = (
             Arc::clone(&hist),
             Arc::clone(&waiting),
             Arc::clone(&released),
             Arc::clone(&done),
+            hold_us.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let _lib = lib;
@@ -617,7 +633,7 @@ async fn handoff(entry: &Entry, samples: u64, limit: Duration) -> AnyResult<Reco
                 while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_micros(200)).await;
                 }
-                tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..100_000))).await;
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(hold_us.clone()))).await;
                 *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
                 hold.release().await?;
                 while released.lock().map_err(|_| "poisoned")?.is_some()
@@ -638,6 +654,8 @@ async fn handoff(entry: &Entry, samples: u64, limit: Duration) -> AnyResult<Reco
         library: entry.name,
         tasks: 2,
         ops_per_s: if mean_s > 0.0 { 1.0 / mean_s } else { 0.0 },
+        mean_us: Some(h.mean()),
+        hold_ms: Some(plan.handoff_hold_ms as f64),
         p50_us: Some(h.value_at_quantile(0.5) as f64),
         p99_us: Some(h.value_at_quantile(0.99) as f64),
         max_us: Some(h.max() as f64),

@@ -45,6 +45,9 @@ enum Command {
         /// Where to write the JSON and the chart.
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
+        /// In the hand-off scenario the holder holds 1 ms to this many ms (at random).
+        #[arg(long, default_value_t = 5)]
+        handoff_hold_ms: u64,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
@@ -89,7 +92,11 @@ fn client(url: Option<&str>, prefix: &str) -> AnyResult<LockClient> {
 
 async fn run(cli: Cli) -> AnyResult<ExitCode> {
     match cli.command {
-        Command::Bench { quick, out } => {
+        Command::Bench {
+            quick,
+            out,
+            handoff_hold_ms,
+        } => {
             let (_server, url) = match &cli.url {
                 Some(url) => (None, url.clone()),
                 None => {
@@ -99,11 +106,12 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
                 }
             };
             let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
-            let plan = if quick {
+            let mut plan = if quick {
                 bench::Plan::quick()
             } else {
                 bench::Plan::full()
             };
+            plan.handoff_hold_ms = handoff_hold_ms;
             let entries = vec![
                 bench::redlatch_entry("redlatch-mutex", &url, &prefix, bench::Primitive::Mutex),
                 bench::redlatch_entry("redlatch-fair", &url, &prefix, bench::Primitive::Fair),
