@@ -17,6 +17,7 @@ use crate::mutex::Mutex;
 use crate::notify::Notifier;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
+use crate::token::OwnerToken;
 
 /// The entry point: a cheap, cloneable handle to one Redis server and the background work that
 /// serves every lock made from it.
@@ -55,6 +56,9 @@ pub struct LockClient {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) config: Config,
+    /// Names this client in Redis queues: a waiter's place starts with it, so the places of a
+    /// client that is gone can be found and removed together.
+    pub(crate) id: String,
     pub(crate) node: Arc<Node>,
     pub(crate) tasks: Tasks,
     /// Dropping this stops the subscription task.
@@ -294,11 +298,13 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a waiter's place in a fair mutex, semaphore or read-write lock queue lasts
-    /// without a heartbeat. The watchdog renews the places of this client's live waiters every
-    /// third of it, in the same batched calls as the leases; a waiter whose process died or hung
-    /// is evicted this long after its last renewal, so it holds up the queue at most that long.
-    /// Default: the default lease (30 s).
+    /// How long a waiter of this client that reaches the head of a fair mutex, semaphore or
+    /// read-write lock queue may take to answer: the lock is handed to it for a first term of
+    /// this long at most (the watchdog renews it to the full lease once the waiter has it). A
+    /// waiter whose process died lets that term run out, and then it and every other queued
+    /// waiter of its client are passed over, so a crashed process holds up the queue for this
+    /// long at most. Queued waiters send nothing while they wait. Default: the default lease
+    /// (30 s).
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
@@ -348,6 +354,7 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(Inner {
                 config: self.config,
+                id: OwnerToken::new().short_id(),
                 node,
                 tasks,
                 _shutdown: shutdown,

@@ -21,7 +21,8 @@ pub(crate) struct Config {
     pub(crate) watchdog: bool,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
-    /// How long a queued waiter's place lasts without a heartbeat (`None`: the default lease).
+    /// The first term of a hold handed to a queued waiter of this client (`None`: the default
+    /// lease).
     pub(crate) waiter_timeout: Option<Duration>,
 }
 
@@ -55,8 +56,8 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
 }
 
 impl Config {
-    /// How long a waiter's place in a Redis queue lasts without a heartbeat before any other
-    /// client may evict it.
+    /// The first term of a hold handed to a queued waiter of this client: how long a dead waiter
+    /// at the head of a queue holds it up.
     pub(crate) fn waiter_timeout(&self) -> Duration {
         self.waiter_timeout.unwrap_or(self.lease)
     }

@@ -22,14 +22,15 @@ use crate::wait::{Attempt, Claim};
 /// * **Order**: waiters queue in Redis, ordered by a ticket taken when they first asked. A
 ///   newcomer never overtakes a queued waiter, and a release wakes only the waiter at the head
 ///   (one message, naming it; no herd).
-/// * **Dead waiters** are evicted: each client renews its waiters' places with the watchdog's
-///   batched calls, and a place not renewed for the waiter timeout (by default the client's
-///   default lease, 30 s; see
-///   [`LockClientBuilder::waiter_timeout`](crate::LockClientBuilder::waiter_timeout)) is
-///   dropped by the next script that looks, timed by the server's clock. A cancelled or timed
-///   out wait leaves the queue at once.
-/// * **Nothing stays behind**: every key (queue, deadlines, leases) expires with the last lease
-///   or waiter deadline, and is deleted when the last hold is released with nobody waiting.
+/// * **Dead waiters** are passed over: the head of the queue is handed the lock for a first
+///   term of the waiter timeout at most (by default the client's default lease, 30 s; see
+///   [`LockClientBuilder::waiter_timeout`](crate::LockClientBuilder::waiter_timeout)), which a
+///   live waiter's client renews and a dead one lets run out, timed by the server's clock.
+///   When a client lets a hold run out, its other queued waiters go too, so a crashed process
+///   holds up the queue for one waiter timeout at most, however many waiters it had. A
+///   cancelled or timed out wait leaves the queue at once.
+/// * **Nothing stays behind**: every key (queue, leases) expires with the last lease, and is
+///   deleted when the last hold is released with nobody waiting.
 ///
 /// A plain [`Mutex`](crate::Mutex) is cheaper (no queue) and fair among the waiters of one
 /// client, but a releaser in another process can take it again before them; use `FairMutex`
@@ -218,7 +219,7 @@ impl FairMutex {
     }
 
     /// One attempt for `owner`, without queueing (re-entry never queues). Busy carries how
-    /// long until the earliest lease (or waiter's place) could run out.
+    /// long until the earliest lease could run out.
     pub(crate) async fn try_attempt(
         &self,
         owner: OwnerToken,

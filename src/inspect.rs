@@ -103,8 +103,8 @@ pub struct WaiterInfo {
     pub id: String,
     /// What it waits for.
     pub wants: Wants,
-    /// When it is evicted unless its client renews its place.
-    pub evicted_in: Duration,
+    /// The client (process) it waits in: its places go together if that client is found gone.
+    pub client: String,
 }
 
 impl fmt::Display for Snapshot {
@@ -134,8 +134,8 @@ impl fmt::Display for Snapshot {
         for (i, w) in self.waiters.iter().enumerate() {
             writeln!(
                 f,
-                "    {i}. {}  wants {:?}  evicted in {:?}",
-                w.id, w.wants, w.evicted_in
+                "    {i}. {}  wants {:?}  in client {}",
+                w.id, w.wants, w.client
             )?;
         }
         Ok(())
@@ -293,7 +293,7 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
     let waiters = waiters
         .chunks(3)
         .map(|w| match w {
-            [id, want, left] => {
+            [id, want, client] => {
                 let want = text(want)?;
                 // op, units, then `/` and the lease it asked for
                 let units = want
@@ -310,7 +310,7 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
                 Ok(WaiterInfo {
                     id: short(&text(id)?),
                     wants,
-                    evicted_in: millis(left)?.unwrap_or_default(),
+                    client: text(client)?,
                 })
             }
             _ => Err(bad(format!("truncated waiter {w:?}"))),

@@ -66,7 +66,7 @@ pub(crate) enum Op {
     Write,
     /// One permit id holding one or more permits.
     Permits,
-    /// Not a hold: a waiter's place in the queue, kept alive by the watchdog. `fresh` when
+    /// Not a hold: a waiter's place in the queue (never renewed: it has no deadline). `fresh` when
     /// the owner was made for this wait: leaving then also gives back a hold that a hand-over
     /// may already have given it.
     Waiting {

@@ -1,15 +1,16 @@
 //! The shared machinery of the primitives whose waiters queue in Redis: [`FairMutex`],
 //! [`Semaphore`] and [`RwLock`].
 //!
-//! Their state lives in four keys under one hash tag (see `lua/v1/queue_lib.lua`): a meta hash,
-//! a sorted set of holder leases, the FIFO queue of waiters and their eviction deadlines, all
-//! timed by the server's clock. One set of scripts serves all three; the `op` argument says
-//! what is asked for (exclusive, read, write, permits).
+//! Their state lives in three keys under one hash tag (see `lua/v1/queue_lib.lua`): a meta
+//! hash, a sorted set of shared holders' leases, and the FIFO queue of waiters, timed by the
+//! server's clock. One set of scripts serves all three; the `op` argument says what is asked
+//! for (exclusive, read, write, permits).
 //!
-//! A waiter's place in the queue is a [`Lease`] of its own: the watchdog renews it (batched with
-//! the holds) while the waiter waits, and dropping it (the wait ended, timed out or was
-//! cancelled) removes the place in the background. A waiter whose client died stops being
-//! renewed and is evicted by the next script that looks, once its deadline passes.
+//! A waiter's place in the queue is a [`Lease`] of its own, named by its queue member: nothing
+//! renews it (a place has no deadline), and dropping it (the wait ended, timed out or was
+//! cancelled) removes the place in the background. A dead waiter is passed over when the hold
+//! handed to it runs out unrenewed (its first term is the waiter timeout), and with it every
+//! other waiter of its client.
 //!
 //! [`FairMutex`]: crate::FairMutex
 //! [`Semaphore`]: crate::Semaphore
@@ -25,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::backend::Node;
 use crate::client::LockClient;
-use crate::config::{FENCE_TTL, lease_ms, millis};
+use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{Family, Held, Hold, Kind, Lease, Op};
@@ -100,6 +101,7 @@ impl Queued {
     ) -> Result<Held> {
         let inner = &self.client.inner;
         let id = owner.as_field();
+        let fresh = claim == Claim::New;
         let place: Arc<Place> = Arc::default();
         let queueing = Queueing::Server { id: &id };
         let unanswered = AtomicBool::new(false);
@@ -113,7 +115,11 @@ impl Queued {
                 // Once queued, the owner held nothing when it queued: any hold it finds is one
                 // a release handed over (its message missed), to be taken as is.
                 let queued = take(&place).is_some();
-                let claim = if queued { Claim::New } else { claim };
+                let claim = if queued {
+                    Claim::Queued { fresh }
+                } else {
+                    claim
+                };
                 let attempt = self.attempt(op, units, owner, claim, Some(Arc::clone(&place)));
                 noting_lost_answers(&unanswered, attempt)
             },
@@ -129,13 +135,13 @@ impl Queued {
         // Dropping `place` leaves the queue, unless an attempt took the lock (which removed
         // the place in Redis and disarmed its lease).
         if result.is_err() && unanswered.load(Ordering::Relaxed) {
-            self.abandon(op, owner, claim, true);
+            self.abandon(op, units, owner, claim, true);
         }
         result
     }
 
-    /// The hold a release handed to this waiter, for a first `term` (its lease, or less if the
-    /// waiter's place had less left): the watchdog renews it before that runs out, to the full
+    /// The hold a release handed to this waiter, for a first `term` (its lease, or the waiter
+    /// timeout if that is shorter): the watchdog renews it before that runs out, to the full
     /// lease. The term started when the release ran, a moment before the message arrived, so
     /// the local estimate of its end is counted from a twentieth of it earlier.
     fn handed(&self, op: Op, owner: OwnerToken, fence: u64, term: Duration) -> Held {
@@ -151,8 +157,8 @@ impl Queued {
         }
     }
 
-    /// One attempt without queueing. Busy carries how long until the earliest lease (or
-    /// waiter's place) could run out.
+    /// One attempt without queueing. Busy carries how long until the earliest lease could run
+    /// out.
     pub(crate) async fn try_acquire(
         &self,
         op: Op,
@@ -162,7 +168,7 @@ impl Queued {
     ) -> Result<Attempt<Held>> {
         let attempt = self.attempt(op, units, owner, claim, None).await;
         if matches!(&attempt, Err(err) if err.is_lost_answer()) {
-            self.abandon(op, owner, claim, false);
+            self.abandon(op, units, owner, claim, false);
         }
         attempt
     }
@@ -183,8 +189,8 @@ impl Queued {
         place: Option<Arc<Place>>,
     ) -> Result<Attempt<Held>> {
         let queueing = place.is_some();
-        if claim == Claim::New {
-            let cancelled = OnCancel::new(|| self.abandon(op, owner, claim, queueing));
+        if claim.is_fresh() {
+            let cancelled = OnCancel::new(|| self.abandon(op, units, owner, claim, queueing));
             let result = self.run_attempt(op, units, owner, claim, place).await;
             cancelled.disarm();
             return result;
@@ -197,7 +203,7 @@ impl Queued {
                 && err.is_lost_answer()
             {
                 // The caller is gone: nobody else will clean up after a lost answer.
-                this.abandon(op, owner, claim, queueing);
+                this.abandon(op, units, owner, claim, queueing);
             }
         });
         rx.await.map_err(|_| Error::Protocol {
@@ -209,8 +215,8 @@ impl Queued {
     /// A new owner's acquisition ends in an error after an attempt may have been granted, or
     /// queued, without its answer arriving: release whatever the owner may hold and leave the
     /// queue, in the background (what does not exist is refused harmlessly).
-    fn abandon(&self, op: Op, owner: OwnerToken, claim: Claim, queued: bool) {
-        if claim != Claim::New {
+    fn abandon(&self, op: Op, units: u32, owner: OwnerToken, claim: Claim, queued: bool) {
+        if !claim.is_fresh() {
             return;
         }
         let tasks = &self.client.inner.tasks;
@@ -220,25 +226,45 @@ impl Queued {
             tasks.clone(),
         ));
         if queued {
-            let patience = self.client.inner.config.waiter_timeout();
-            drop(Lease::new(
-                self.hold(Op::Waiting { fresh: true }, &owner, patience, now),
-                tasks.clone(),
-            ));
+            drop(self.place(op, units, &owner, true));
         }
     }
 
     fn hold(&self, op: Op, owner: &OwnerToken, lease: Duration, sent_at: Instant) -> Hold {
-        let renew = matches!(op, Op::Waiting { .. }) || self.renew;
         Hold::new(
             Kind::Queued(self.family, op),
             Arc::clone(&self.name),
             Arc::clone(&self.keys),
             owner.as_field(),
             lease,
-            renew,
+            self.renew,
             sent_at,
         )
+    }
+
+    /// The lease of a waiter's place in the queue: nothing to renew (a place has no deadline),
+    /// and dropping it leaves the queue in the background. Its owner is the waiter's queue
+    /// member, as `queue_acquire` writes it.
+    fn place(&self, op: Op, units: u32, owner: &OwnerToken, fresh: bool) -> Lease {
+        let inner = &self.client.inner;
+        let member = format!(
+            "{}/{}/{}{units}/{}/{}",
+            inner.id,
+            owner.as_field(),
+            op.code(),
+            millis(self.lease),
+            millis(inner.config.waiter_timeout())
+        );
+        let hold = Hold::new(
+            Kind::Queued(self.family, Op::Waiting { fresh }),
+            Arc::clone(&self.name),
+            Arc::clone(&self.keys),
+            member,
+            MAX_LEASE,
+            false,
+            Instant::now(),
+        );
+        Lease::new(hold, inner.tasks.clone())
     }
 
     async fn run_attempt(
@@ -272,7 +298,8 @@ impl Queued {
             .arg(if place.is_some() { millis(patience) } else { 0 })
             .arg(millis(FENCE_TTL))
             .arg(&self.keys.wake)
-            .arg(claim.code());
+            .arg(claim.code())
+            .arg(&inner.id);
         let sent_at = Instant::now();
         let lease = |op: Op, lease: Duration| {
             Lease::new(self.hold(op, &owner, lease, sent_at), inner.tasks.clone())
@@ -300,11 +327,8 @@ impl Queued {
                     && queued
                 {
                     let mut slot = take(place);
-                    if slot.as_ref().is_none_or(|l| l.hold().is_lost()) {
-                        // First queued, or evicted since (paused past the waiter timeout): the
-                        // script queued us again at the tail.
-                        let fresh = claim == Claim::New;
-                        *slot = Some(lease(Op::Waiting { fresh }, patience));
+                    if slot.is_none() {
+                        *slot = Some(self.place(op, units, &owner, claim.is_fresh()));
                     }
                 }
                 Ok(Attempt::Busy(

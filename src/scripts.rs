@@ -184,11 +184,11 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "87629bbfb2efe69ea2d7247188cbbba6fefd1a83"),
-            (&*QUEUE_RELEASE, "262f61e02f19755149bf6537caedce85b0f2edd2"),
-            (&*QUEUE_EXTEND, "08f535b9e9de5dd340c5911109b2e4728f0f84ba"),
-            (&*INSPECT, "d701a1894ab37010170bcf9b1211d198ffcc5ba9"),
-            (&*FORCE_UNLOCK, "853434f457eefb6bcf93dbe551e7fcb38988c001"),
+            (&*QUEUE_ACQUIRE, "71aeee34355e6c4e6f8f948ce9aac708f81e7538"),
+            (&*QUEUE_RELEASE, "ceab87ec0eb6b01b122e8552d54e3f453657413f"),
+            (&*QUEUE_EXTEND, "e365004047eed29926e5e11e92c1bcca2facc4ee"),
+            (&*INSPECT, "2f8be4c55a7e6f8bb3434d600a7dcfa7581fd4f3"),
+            (&*FORCE_UNLOCK, "35b829473748982c418bd34f02b9593f8287c7a5"),
         ];
         for (script, sha) in pins {
             assert_eq!(script.get_hash(), sha);

@@ -245,7 +245,7 @@ impl Semaphore {
     }
 
     /// One attempt for `n` permits without queueing. Busy carries how long until the earliest
-    /// permit's lease (or waiter's place) could run out.
+    /// permit's lease could run out.
     pub(crate) async fn try_attempt(&self, n: u32) -> Result<Attempt<SemaphorePermit>> {
         self.check(n)?;
         let attempt = self

@@ -47,6 +47,10 @@ pub(crate) enum Claim {
     As,
     /// Re-entry only: add a hold if the owner still holds, else report busy.
     Again,
+    /// A waiter that queued earlier asks again (its timer ran out, or it missed its message):
+    /// as [`New`](Self::New), and it keeps its place. `fresh` when the owner was made for this
+    /// wait (the wait began with `New`).
+    Queued { fresh: bool },
 }
 
 impl Claim {
@@ -55,7 +59,14 @@ impl Claim {
             Self::New => "new",
             Self::As => "as",
             Self::Again => "again",
+            Self::Queued { .. } => "queued",
         }
+    }
+
+    /// The owner was made for this acquisition: whatever it holds, this acquisition got, and
+    /// may be given back blindly.
+    pub(crate) fn is_fresh(self) -> bool {
+        matches!(self, Self::New | Self::Queued { fresh: true })
     }
 }
 

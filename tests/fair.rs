@@ -9,6 +9,7 @@ use std::time::Duration;
 use redlatch::{Error, LockKind};
 use support::{TestRedis, crashing, until, within};
 use tokio::sync::Mutex as LocalMutex;
+use tokio::time::Instant;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// Shorter than the 30 s lease: a lost wake-up makes a waiter sit out a whole lease (its
@@ -233,6 +234,86 @@ async fn a_timed_out_wait_leaves_no_place_behind() {
         until(|| async { redis.queued(&client, "timeout").await == 0 }).await;
         holder.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crashed_client_holds_up_the_queue_for_one_grace_however_many_waiters_it_had() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let live = redis.client();
+        let holder = live.fair_mutex("crowd").unwrap().lock().await.unwrap();
+        // Ten waiters queue from a process that then dies; each would take the lock for its
+        // 500 ms grace if they were passed over one at a time.
+        crashing(|| async {
+            let client = redis
+                .builder()
+                .waiter_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap();
+            for _ in 0..10 {
+                let m = client.fair_mutex("crowd").unwrap();
+                tokio::spawn(async move { m.lock().await });
+            }
+            until(|| async { redis.queued(&client, "crowd").await == 10 }).await;
+        });
+        let next = tokio::spawn({
+            let m = live.fair_mutex("crowd").unwrap();
+            async move { m.lock().await.unwrap() }
+        });
+        until(|| async { redis.queued(&live, "crowd").await == 11 }).await;
+        let released = Instant::now();
+        holder.unlock().await.unwrap();
+        // The first dead waiter gets the lock and lets its grace run out; that shows its client
+        // is gone, and its other nine places go with it.
+        let guard = next.await.unwrap();
+        let waited = released.elapsed();
+        assert!(
+            waited < Duration::from_millis(3_000),
+            "{waited:?}: the dead waiters were passed over one grace at a time"
+        );
+        assert!(live.inspect("crowd").await.unwrap().waiters.is_empty());
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fixed_lease_that_runs_out_keeps_its_clients_waiters_in_line() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        // A lock taken for a fixed 300 ms and left to run out on purpose: its client is alive,
+        // and its next waiter keeps its turn ahead of later arrivals from elsewhere.
+        let a = redis.client();
+        let b = redis.client();
+        let timed = a
+            .fair_mutex("timed")
+            .unwrap()
+            .with_lease(Duration::from_millis(300))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let order = Arc::new(LocalMutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (i, client) in [&a, &b].into_iter().enumerate() {
+            let mutex = client.fair_mutex("timed").unwrap();
+            let order = Arc::clone(&order);
+            tasks.push(tokio::spawn(async move {
+                let guard = mutex.lock().await.unwrap();
+                order.lock().await.push(i);
+                guard.unlock().await.unwrap();
+            }));
+            until(|| async { redis.queued(&a, "timed").await == i + 1 }).await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().await, vec![0, 1]);
+        drop(timed);
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

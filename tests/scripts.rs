@@ -214,7 +214,8 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
             .arg(30_000)
             .arg(60_000)
             .arg(format!("{key}:wake"))
-            .arg("new");
+            .arg("new")
+            .arg("testclient");
         let first: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
         let again: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
         assert_eq!(first, again);
@@ -267,7 +268,8 @@ async fn raw_queue_acquire(
         .arg(30_000)
         .arg(60_000)
         .arg(format!("{key}:wake"))
-        .arg(claim);
+        .arg(claim)
+        .arg("testclient");
     call.invoke_async(conn).await.unwrap()
 }
 
@@ -333,7 +335,8 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
         leave
             .arg("fair:1")
             .arg("Q")
-            .arg(&quitter)
+            // A waiter leaves by its queue member: client/owner/want.
+            .arg(format!("testclient/{quitter}/x1/30000/30000"))
             .arg(format!("{key}:wake"))
             .arg(60_000);
         let left: Vec<i64> = leave.invoke_async(&mut conn).await.unwrap();

@@ -34,8 +34,14 @@ for j, k in ipairs({h, q}) do
   if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, j + 1} end
 end
 local holders = redis.call('ZCARD', h)
+if redis.call('ZSCORE', h, '~') then holders = holders - 1 end
 if redis.call('HEXISTS', m, '~writer') == 1 then holders = holders + 1 end
-local waiters = redis.call('ZRANGE', q, 0, -1)
+-- Queue members are client/owner/want; `~` marks the set (see queue_lib).
+local waiters = {}
+for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+  local o = string.match(w, '^[^/]*/([^/]+)/')
+  if o then waiters[#waiters + 1] = o end
+end
 local fence = redis.call('HGET', m, '~fence')
 if fence then redis.call('SET', KEYS[4], fence, 'PX', ARGV[2]) end
 redis.call('DEL', m, h, q)

@@ -8,8 +8,8 @@
 -- returns: {layout, used, capacity, last fence, holders, waiters} where layout is '' when
 --          nothing is stored under the name, holders is a flat list of
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
---          flat list of (owner, op .. units, ms left before eviction), in queue order.
---          Holders and waiters whose time ran out are left out. {-1, type, i} for foreign data.
+--          flat list of (owner, op .. units .. '/' .. lease ms, client id), in queue order.
+--          Holders whose lease ran out are left out. {-1, type, i} for foreign data.
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -42,13 +42,19 @@ end
 local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence')
 local writer, wexp = meta[1], tonumber(meta[3]) or 0
 if meta[6] then last = meta[6] end
+local function shared_holds(o)
+  local v = redis.call('HGET', m, 'h:' .. o) or ''
+  return tonumber(string.match(v, '^(%d+)')) or 0
+end
 local shared = {}
 local hs = redis.call('ZRANGE', h, '(' .. now, '+inf', 'BYSCORE', 'WITHSCORES')
-for j = 1, #hs, 2 do shared[hs[j]] = tonumber(hs[j + 1]) end
+for j = 1, #hs, 2 do
+  if hs[j] ~= '~' then shared[hs[j]] = tonumber(hs[j + 1]) end
+end
 if writer and wexp > now then
   local n, left = 0, wexp - now
   if shared[writer] then
-    n = redis.call('HGET', m, 'h:' .. writer) or 0
+    n = shared_holds(writer)
     left = math.max(left, shared[writer] - now)
     shared[writer] = nil
   end
@@ -57,16 +63,13 @@ end
 for j = 1, #hs, 2 do
   local o = hs[j]
   if shared[o] then
-    local n = redis.call('HGET', m, 'h:' .. o) or 0
-    for _, v in ipairs({o, 0, n, shared[o] - now}) do holders[#holders + 1] = v end
+    for _, v in ipairs({o, 0, shared_holds(o), shared[o] - now}) do holders[#holders + 1] = v end
   end
 end
-for _, o in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-  local w = redis.call('HGET', m, 'q:' .. o) or ''
-  local what, d = string.match(w, '^(%a%d+/%d+)/(%d+)$')
-  d = tonumber(d)
-  if d and d > now then
-    for _, v in ipairs({o, what, d - now}) do waiters[#waiters + 1] = v end
+for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+  local c, o, what = string.match(w, '^([^/]*)/([^/]+)/(%a%d+/%d+)/%d+$')
+  if o then
+    for _, v in ipairs({o, what, c}) do waiters[#waiters + 1] = v end
   end
 end
 return {layout, meta[4] or 0, meta[5] or 0, last, holders, waiters}

@@ -1,15 +1,15 @@
 -- name:    queue_extend
 -- layout:  1 (see queue_acquire)
 -- KEYS[3i-2..3i]: meta hash, holders and queue of item i (see queue_lib); the watchdog
---                 batches holds and queued waiters of many names in one call
+--                 batches the holds of many names in one call
 -- ARGV[4i-3]: layout tag of item i
--- ARGV[4i-2]: w (the exclusive hold: renew its lease), h (shared holds: read holds or a
---             permit) or q (a waiter: push back its place's deadline)
+-- ARGV[4i-2]: w (the exclusive hold: renew its lease) or h (shared holds: read holds or a
+--             permit); waiters have no deadline to renew
 -- ARGV[4i-1]: owner token
--- ARGV[4i]:   milliseconds; the lease (or deadline) becomes at least this far from now
+-- ARGV[4i]:   milliseconds; the lease becomes at least this long from now
 -- returns: one integer per item:
 --           1  extended (or it already ran longer)
---           0  not held (not queued) by this owner any more: expired, released or evicted
+--           0  not held by this owner any more: expired or released
 --          -1  a key holds foreign data
 --          -2  the meta hash carries another layout tag
 local now = now_ms(redis.call('TIME'))
@@ -17,33 +17,32 @@ local out = {}
 for i = 1, #KEYS / 3 do
   local k, a = 3 * (i - 1), 4 * (i - 1)
   local layout, what, owner = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local s, err = open({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], i = k + 1}, layout, {'q:' .. owner})
+  local s, err = open({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], i = k + 1}, layout,
+                      {'~layout', '~next', '~exp', '~writer', '~wexp', '~wclient', 'h:' .. owner})
   out[i] = 0
   if not s then
     out[i] = err[1]
   elseif s.exists then
     local d = now + tonumber(ARGV[a + 4])
     local fields = {}
+    -- A renewal is also the answer to a hand-over: it clears the hold's mark (queue_lib).
     if what == 'w' then
       local ends = num(s, '~wexp')
       if get(s, '~writer') == owner and ends > now then
         out[i] = 1
         if d > ends then fields = {'~wexp', d} end
+        if get(s, '~wclient') then redis.call('HDEL', s.m, '~wclient') end
       end
-    elseif what == 'q' then
-      local op, n, lease, ends = want(get(s, 'q:' .. owner))
-      if get(s, 'q:' .. owner) and ends > now then
-        out[i] = 1
-        if d > ends then fields = {'q:' .. owner, op .. n .. '/' .. lease .. '/' .. d} end
-      end
-    else
+    elseif what == 'h' then
       local ends = tonumber(redis.call('ZSCORE', s.h, owner))
       if ends and ends > now then
         out[i] = 1
         if d > ends then redis.call('ZADD', s.h, d, owner) end
+        local n, f, c = shares(s, owner)
+        if n and c ~= '' then fields = {'h:' .. owner, n .. '/' .. f .. '/'} end
       end
     end
-    -- A later deadline never lowers ~next; it may push the keys' expiry.
+    -- A later lease end never lowers ~next; it may push the keys' expiry.
     local exp = s.exp
     if out[i] == 1 and d > exp then
       exp = (math.floor(d / 1000) + 1) * 1000

@@ -4,31 +4,36 @@
 -- semaphore or a read-write lock, and the FIFO queue of its waiters.
 -- KEYS[i..i+2] of one name, as the table s = {m, h, q, i} (f and ttl: the fence key and its
 -- lifetime, for scripts that grant):
---   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq, ~used, ~waiting, ~writer,
---                                           ~wholds, ~wfence, ~wexp (the exclusive holder, its
---                                           hold count, token and lease expiry), ~fence (the
---                                           last token issued), ~next, ~exp, h:<owner> (read
---                                           holds or permits), f:<owner> (a permit's token),
---                                           q:<owner> (a waiter: op .. units .. '/' .. lease
---                                           ms .. '/' .. eviction deadline)
---   h  holders    <prefix>:{<name>}:holders  owner of shared holds (read holds, a permit) ->
---                                           lease expiry
---   q  queue      <prefix>:{<name>}:queue    waiter -> ticket (FIFO order)
+--   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq (last ticket), ~used (read
+--                                           holds or permits held), ~fence (the last token
+--                                           issued), ~next, ~exp; the exclusive holder:
+--                                           ~writer, ~wholds, ~wfence, ~wexp (its lease's
+--                                           end), ~wclient; a shared holder (read holds or a
+--                                           permit): h:<owner> = holds/fence/client
+--   h  holders    <prefix>:{<name>}:holders  shared holder -> the end of its lease
+--   q  queue      <prefix>:{<name>}:queue    waiter -> ticket (FIFO order); a waiter is
+--                                           client/owner/<op><units>/<lease ms>/<grace ms>
+-- Both sorted sets keep a member `~` at score +inf while they exist, so a ZADD tells from its
+-- reply whether it made the key (which then needs the name's expiry).
 -- ARGV[]:  none (the functions take their inputs as parameters)
 -- returns: nothing (a library)
--- Ops: x exclusive (fair mutex), r read, w write, s permits, q a waiter's queue entry.
+-- Ops: x exclusive (fair mutex), r read, w write, s permits.
 -- Every time is the server's clock (TIME, in ms), never a client's.
 --
--- Cost: each call into Redis from a script costs more than most of the work it does, so a
--- script reads the shared meta fields in one HMGET, keeps every meta change in `s` and writes
--- them back in one HSET and one HDEL (`finish`). `~next` is a lower bound of every deadline
--- (leases and waiters' places), so expired entries are looked for only once it has passed;
--- `~exp` is the expiry set on the keys (no deadline is later), so keys are touched only when a
--- deadline goes past it. The fence key is written when the name goes idle; while it is in use,
--- `~fence` holds the last token.
-
-local FIELDS = {'~layout', '~used', '~cap', '~seq', '~waiting', '~writer', '~wholds', '~wfence',
-                '~wexp', '~fence', '~next', '~exp'}
+-- Cost: every call a script makes into Redis costs about as much as the work it does, and the
+-- meta hash is read and written whole, so it holds only what every call needs: a waiter lives
+-- in its queue member alone, and a contended hand-over of the fair mutex is five calls. A
+-- script reads the meta fields in one HMGET, keeps its changes in `s` and writes them back in
+-- one HSET and one HDEL (`finish`). `~next` is a lower bound of every holder's lease end, so
+-- expired holders are looked for only once it has passed; `~exp` is the expiry set on the
+-- keys (no lease ends later), so keys are touched only when a lease goes past it.
+--
+-- Waiters have no deadline of their own. A hand-over gives the head of the queue a first term
+-- of `grace` ms, and marks the hold with the waiter's client (`~wclient`, or the client part of
+-- `h:<owner>`) until the waiter answers: its first renewal, or its own next attempt, clears the
+-- mark. A hand-over that runs out still marked shows a client that is gone, and every queued
+-- waiter of that client goes with it, so a crashed process holds up the queue for one grace at
+-- most, however many waiters it had.
 
 -- The server's clock in ms, from a TIME reply.
 local function now_ms(t)
@@ -64,14 +69,13 @@ local function drop(s, f)
   s.wrote = true
 end
 
--- Reads the meta hash (its shared fields and `extra` fields, in one call) into a new state
--- table for keys {m, h, q} of `layout`. Returns the state, or nil and an error reply when the
--- keys hold foreign data (nothing is written then).
-local function open(keys, layout, extra)
+-- Reads the meta fields a script needs (`names`, which include ~layout, ~next and ~exp; any
+-- other field is read when first asked for) into a new state table for keys {m, h, q} of
+-- `layout`, in one call. Returns the state, or nil and an error reply when the keys hold
+-- foreign data (nothing is written then).
+local function open(keys, layout, names)
   local s = {m = keys[1], h = keys[2], q = keys[3], i = keys.i or 1, layout = layout,
              v = {}, set = {}, del = {}, hrem = {}, fresh = {}, top = 0}
-  local names = {unpack(FIELDS)}
-  for _, f in ipairs(extra or {}) do names[#names + 1] = f end
   local r = redis.pcall('HMGET', s.m, unpack(names))
   if r.err then return nil, {-1, redis.call('TYPE', s.m)['ok'], s.i} end
   for j, f in ipairs(names) do s.v[f] = r[j] end
@@ -95,30 +99,40 @@ local function open(keys, layout, extra)
     -- Ours, but meaningless without the meta hash that described them.
     redis.call('DEL', s.h, s.q)
   end
+  s.empty = true
   return s
 end
 
--- Notes a deadline (server ms) being written: it may lower `~next` and push the keys' expiry.
+-- Notes a lease end (server ms) being written: it may lower `~next` and push the keys' expiry.
+-- Lowering `~next` means a change may come sooner than queued waiters were told: `finish`
+-- tells them.
 local function deadline(s, d)
   if d > s.top then s.top = d end
   if not s.next or d < s.next then
+    if s.next then s.sooner = true end
     s.next = d
     put(s, '~next', d)
   end
 end
 
--- What a waiter asks for, from its q: field: op, units, lease ms and its place's deadline.
-local function want(w)
-  local op, n, lease, d = string.match(w or '', '^(%a)(%d+)/(%d+)/(%d+)$')
-  return op or 'x', tonumber(n) or 1, tonumber(lease) or 0, tonumber(d) or 0
+-- A waiter's queue member: client/owner/<op><units>/<lease>/<grace>.
+local function member(client, owner, op, units, lease, grace)
+  return client .. '/' .. owner .. '/' .. op .. units .. '/' .. lease .. '/' .. grace
 end
 
--- Removes waiters from the queue.
-local function leave(s, list)
-  if #list == 0 then return end
-  redis.call('ZREM', s.q, unpack(list))
-  for _, o in ipairs(list) do drop(s, 'q:' .. o) end
-  put(s, '~waiting', num(s, '~waiting') - #list)
+-- A queue member, read back.
+local function waiter(m)
+  local c, o, op, n, lease, grace = string.match(m, '^([^/]*)/([^/]+)/(%a)(%d+)/(%d+)/(%d+)$')
+  return {client = c or '', owner = o or m, op = op or 'x', n = tonumber(n) or 1,
+          lease = tonumber(lease) or 0, grace = tonumber(grace) or 0}
+end
+
+-- The shared holds of `o`: count, fencing token and client; nil if it has none.
+local function shares(s, o)
+  local v = get(s, 'h:' .. o)
+  if not v then return nil end
+  local n, f, c = string.match(v, '^(%d+)/(%d*)/(.*)$')
+  return tonumber(n) or 0, f or '', c or ''
 end
 
 -- Anyone holds the lock (or a permit).
@@ -127,122 +141,101 @@ local function held(s)
 end
 
 -- `o` holds no shared holds any more: its entry in h goes at the end of the script (after any
--- hand-over has added the next holders', so the key is not deleted and made again without its
--- expiry).
+-- hand-over has added the next holders', so the key is not deleted and made again).
 local function unlist(s, o)
   s.hrem[o] = true
 end
 
--- Gives up every shared hold of `o` (its read holds, or its permit).
+-- Gives up every shared hold of `o` (its read holds, or its permit); returns its client, or
+-- nil if it held none.
 local function unshare(s, o)
-  local n = tonumber(get(s, 'h:' .. o))
-  if not n then return false end
+  local n, _, c = shares(s, o)
+  if not n then return nil end
   drop(s, 'h:' .. o)
-  drop(s, 'f:' .. o)
   put(s, '~used', num(s, '~used') - n)
   unlist(s, o)
-  return true
+  return c
 end
 
 -- Frees the exclusive hold.
 local function unwrite(s)
-  drop(s, '~writer')
-  drop(s, '~wholds')
-  drop(s, '~wfence')
-  drop(s, '~wexp')
+  for _, f in ipairs({'~writer', '~wholds', '~wfence', '~wexp', '~wclient'}) do drop(s, f) end
 end
 
--- Counts `units` more shared holds for `o` and sets its lease expiry in h (never shortening it).
-local function share(s, o, units, ends)
-  local used = num(s, '~used')
-  if used == 0 and next(s.hrem) == nil then s.fresh[s.h] = true end
-  put(s, '~used', used + units)
+-- Counts `units` more shared holds for `o` (with `fence`; marked with `client` when handed
+-- over, else keeping its mark) and sets its lease's end in h (never shortening it).
+local function share(s, o, units, ends, fence, client)
+  local n, _, c = shares(s, o)
+  put(s, 'h:' .. o, ((n or 0) + units) .. '/' .. fence .. '/' .. (client or c or ''))
+  put(s, '~used', num(s, '~used') + units)
   s.hrem[o] = nil
-  redis.call('ZADD', s.h, 'GT', ends, o)
+  if redis.call('ZADD', s.h, 'GT', ends, o, '+inf', '~') == 2 then s.fresh[s.h] = true end
   deadline(s, ends)
 end
 
--- Once `~next` has passed: drops the holders whose lease ran out and the waiters whose place
--- did, and sets `~next` to the earliest deadline left. Returns how many went.
+-- Once `~next` has passed: drops the holders whose lease ran out, and the queued waiters of the
+-- clients whose hand-overs ran out unanswered (see above), and sets `~next` to the earliest
+-- lease end left. Returns how many went.
 local function purge(s, now)
   if not s.next or now < s.next then return 0 end
-  local went, nxt = 0, false
-  local function seen(d)
-    if not nxt or d < nxt then nxt = d end
-  end
+  local went, nxt, gone_clients = 0, false, {}
   if get(s, '~writer') then
-    if num(s, '~wexp') <= now then
+    local ends = num(s, '~wexp')
+    if ends <= now then
+      gone_clients[get(s, '~wclient') or ''] = true
       unwrite(s)
       went = 1
     else
-      seen(num(s, '~wexp'))
+      nxt = ends
     end
   end
   local gone = redis.call('ZRANGE', s.h, '-inf', now, 'BYSCORE')
-  for _, o in ipairs(gone) do unshare(s, o) end
+  for _, o in ipairs(gone) do gone_clients[unshare(s, o) or ''] = true end
   if #gone > 0 then
     redis.call('ZREM', s.h, unpack(gone))
     for _, o in ipairs(gone) do s.hrem[o] = nil end
+    went = went + #gone
   end
   local first = redis.call('ZRANGE', s.h, 0, 0, 'WITHSCORES')
-  if first[2] then seen(tonumber(first[2])) end
-  local all = redis.call('ZRANGE', s.q, 0, -1)
-  local late = {}
-  if #all > 0 then
-    local fields = {}
-    for j, o in ipairs(all) do fields[j] = 'q:' .. o end
-    local wants = redis.call('HMGET', s.m, unpack(fields))
-    for j, o in ipairs(all) do
-      s.v[fields[j]] = wants[j]
-      local _, _, _, d = want(wants[j])
-      if d <= now then late[#late + 1] = o else seen(d) end
+  if first[2] and first[1] ~= '~' and (not nxt or tonumber(first[2]) < nxt) then
+    nxt = tonumber(first[2])
+  end
+  gone_clients[''] = nil
+  if next(gone_clients) then
+    local late = {}
+    for _, m in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
+      if m ~= '~' and gone_clients[waiter(m).client] then late[#late + 1] = m end
+    end
+    if #late > 0 then
+      redis.call('ZREM', s.q, unpack(late))
+      went = went + #late
     end
   end
-  leave(s, late)
   s.next = nxt
   if nxt then put(s, '~next', nxt) else drop(s, '~next') end
-  return went + #gone + #late
+  return went
 end
 
--- The waiters at the head of the queue that could all be granted now, in queue order: as many
--- as the free permits cover, every reader up to the first writer, or one exclusive waiter.
--- A waiter that does not fit stops the walk, so nobody overtakes it. Each entry is
--- {id, op, units, lease, deadline}. The head is read alone first: for the locks it is all that
--- can go.
-local function grantable(s)
-  local out = {}
-  local writer = get(s, '~writer') ~= false
-  local used, cap = num(s, '~used'), num(s, '~cap')
-  local from, size = 0, 1
-  while true do
-    local batch = redis.call('ZRANGE', s.q, from, from + size - 1)
-    if #batch == 0 then return out end
-    local fields = {}
-    for j, o in ipairs(batch) do fields[j] = 'q:' .. o end
-    local wants
-    if #batch == 1 then
-      wants = {get(s, fields[1])}
-    else
-      wants = redis.call('HMGET', s.m, unpack(fields))
-      for j, f in ipairs(fields) do s.v[f] = wants[j] end
-    end
-    for j, o in ipairs(batch) do
-      local op, n, lease, d = want(wants[j])
-      if op == 's' then
-        if used + n > cap then return out end
-        used = used + n
-      elseif op == 'r' then
-        if writer then return out end
-        used = used + 1
-      else
-        if writer or used > 0 or #out > 0 then return out end
-        return {{o, op, n, lease, d}}
-      end
-      out[#out + 1] = {o, op, n, lease, d}
-    end
-    if #batch < size then return out end
-    from, size = from + size, 16
-  end
+-- `o` answered a hand-over (it asked again and found its hold): its client is alive.
+local function answered(s, o)
+  if get(s, '~writer') == o and get(s, '~wclient') then drop(s, '~wclient') end
+  local n, f, c = shares(s, o)
+  if n and c ~= '' then put(s, 'h:' .. o, n .. '/' .. f .. '/') end
+end
+
+-- Whether anything more could be granted now: no exclusive holder, and a free permit for a
+-- semaphore.
+local function room(s)
+  if get(s, '~writer') then return false end
+  local cap = num(s, '~cap')
+  return cap == 0 or num(s, '~used') < cap
+end
+
+-- Whether waiter `w` could be granted now.
+local function fits(s, w)
+  if w.op == 's' then return num(s, '~used') + w.n <= num(s, '~cap') end
+  if w.op == 'r' then return not get(s, '~writer') end
+  return not get(s, '~writer') and num(s, '~used') == 0
 end
 
 -- A new fencing token: strictly above the last one issued for the name, and never below the
@@ -255,62 +248,93 @@ local function mint(s, clock)
     last = tonumber(stored or '0')
     if not last then return nil end
   end
-  local token = string.format('%.0f',
+  local token = string.format('%d',
     math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
   put(s, '~fence', token)
   return token
 end
 
--- Gives `o` a fresh hold of `op` (units for s) until `ends` (server ms); returns its fencing
--- token (0 for a read hold). The caller has checked that it fits.
-local function take(s, o, op, units, ends, token)
+-- Gives `o` a fresh hold of `op` (units for s) until `ends` (server ms), marked with `client`
+-- for a hand-over ('' otherwise); returns its fencing token (0 for a read hold). The caller has
+-- checked that it fits.
+local function take(s, o, op, units, ends, token, client)
   if op == 'r' then
-    put(s, 'h:' .. o, num(s, 'h:' .. o) + 1)
-    share(s, o, 1, ends)
+    share(s, o, 1, ends, '', client)
     return 0
   elseif op == 's' then
-    put(s, 'h:' .. o, units)
-    put(s, 'f:' .. o, token)
-    share(s, o, units, ends)
+    share(s, o, units, ends, token, client)
   else
     put(s, '~writer', o)
     put(s, '~wholds', 1)
     put(s, '~wfence', token)
     put(s, '~wexp', ends)
+    if client ~= '' then put(s, '~wclient', client) elseif get(s, '~wclient') then
+      drop(s, '~wclient')
+    end
     deadline(s, ends)
   end
   return token
 end
 
--- Hands the lock over: every waiter that is grantable now gets its hold here, leaves the
--- queue, and is told in one message of space-separated `id:fence:ms` triples on `channel`. The
--- hold's first term (ms) is its lease, cut to what is left of the waiter's place: a waiter
--- that died in the queue holds the lock no longer than it would have held up the queue. A
--- waiter that misses the message finds the hold when it next tries (claim `new`).
+-- Hands the lock over: the waiters at the head of the queue that fit now (as many as the free
+-- permits cover, every reader up to the first writer, or one exclusive waiter) get their hold
+-- here, leave the queue, and are told in one message of space-separated `owner:fence:ms`
+-- triples on `channel`. The first waiter that does not fit stops it, so nobody overtakes. The
+-- hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that died in the
+-- queue holds the lock no longer than that. A waiter that misses the message finds the hold
+-- when it next tries (claim `new` or `queued`).
 local function handoff(s, channel, now, clock)
-  local go = grantable(s)
-  if #go == 0 then return end
-  local told, ids = {}, {}
-  for j, g in ipairs(go) do
-    local o, op, n, lease, d = g[1], g[2], g[3], g[4], g[5]
-    lease = math.max(math.min(lease, d - now), 1)
+  local told = {}
+  while room(s) do
+    local head = redis.call('ZPOPMIN', s.q)
+    local m = head[1]
+    if not m or m == '~' then
+      -- Nobody waits: the queue key is gone now, and made again (with its expiry) by the
+      -- next waiter.
+      s.qempty = true
+      break
+    end
+    local w = waiter(m)
+    if not fits(s, w) then
+      redis.call('ZADD', s.q, head[2], m)
+      break
+    end
+    local term = math.max(math.min(w.lease, w.grace), 1)
     local token = 0
-    if op ~= 'r' then token = mint(s, clock) or 0 end
-    token = take(s, o, op, n, now + lease, token)
-    told[j] = o .. ':' .. token .. ':' .. lease
-    ids[j] = o
+    if w.op ~= 'r' then token = mint(s, clock) or 0 end
+    token = take(s, w.owner, w.op, w.n, now + term, token, w.client)
+    told[#told + 1] = w.owner .. ':' .. token .. ':' .. term
+    if w.op ~= 'r' and w.op ~= 's' then break end
   end
-  leave(s, ids)
-  redis.call('PUBLISH', channel, table.concat(told, ' '))
+  if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end
+end
+
+-- A lease that ends sooner than `~next` said (a short grace or fixed lease) may run out
+-- before any queued waiter looks again. Tells the first waiter of each client in the queue,
+-- by name alone: it asks again and learns when to look. One per client is enough: a client's
+-- waiters live and die together.
+local function tell_sooner(s)
+  local told, seen = {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
+    if m ~= '~' then
+      local w = waiter(m)
+      if not seen[w.client] then
+        seen[w.client] = true
+        told[#told + 1] = w.owner
+      end
+    end
+  end
+  if #told > 0 then redis.call('PUBLISH', s.channel, table.concat(told, ' ')) end
 end
 
 -- Writes the state back and returns `reply`. Nobody holding or waiting deletes the keys (and
--- keeps the last token in the fence key); otherwise every key lives until the latest deadline,
+-- keeps the last token in the fence key); otherwise every key lives until the latest lease end,
 -- rounded up to the next whole second, so most calls leave the expiry as it is. A call that
 -- wrote nothing creates nothing.
 local function finish(s, reply)
   if not s.wrote and next(s.hrem) == nil then return reply end
-  if not held(s) and num(s, '~waiting') <= 0 then
+  if s.sooner and s.channel and not s.qempty then tell_sooner(s) end
+  if not held(s) and (s.qempty or redis.call('ZCARD', s.q) <= 1) then
     local fence = get(s, '~fence')
     if fence then redis.call('SET', s.f, fence, 'PX', s.ttl) end
     redis.call('DEL', s.m, s.h, s.q)
@@ -325,13 +349,12 @@ local function finish(s, reply)
     put(s, '~layout', s.layout)
     put(s, '~cap', s.cap or 0)
     put(s, '~used', num(s, '~used'))
-    put(s, '~waiting', num(s, '~waiting'))
   end
   local keys, at = s.fresh, s.exp
   if s.top > s.exp then
     at = (math.floor(s.top / 1000) + 1) * 1000
     put(s, '~exp', at)
-    keys = {[s.m] = true, [s.h] = num(s, '~used') > 0, [s.q] = num(s, '~waiting') > 0}
+    keys = {[s.m] = true, [s.h] = num(s, '~used') > 0, [s.q] = true}
   end
   local fields = {}
   for f, v in pairs(s.set) do

@@ -8,12 +8,12 @@
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
 --          queue: a waiter gave up), Q (leave the queue, and if a hand-over already made the
 --          owner a holder, release that hold: for owners made for the wait that ends)
--- ARGV[3]: owner token
+-- ARGV[3]: owner token; for q and Q the waiter's queue member (see queue_lib)
 -- ARGV[4]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[5]: lifetime of the fence key in milliseconds
 -- Whatever the call frees is handed over at once: every waiter that becomes grantable gets its
--- hold in this script and is told on the channel (`id:fence:ms`, space-separated; see handoff in
--- queue_lib).
+-- hold in this script and is told on the channel (`owner:fence:ms`, space-separated; see
+-- handoff in queue_lib).
 -- returns: {1, holds}      one hold released; the owner still holds `holds` of this op
 --          {2}             the owner's last hold of this op released (for Q: the hold a
 --                          hand-over gave it)
@@ -23,10 +23,11 @@
 --          {-2, layout}    the meta hash carries another layout tag
 local layout, op, owner, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local s, err = open(KEYS, layout, {'h:' .. owner, 'q:' .. owner})
+local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', '~fence',
+                                   '~writer', '~wholds', 'h:' .. owner})
 if not s then return err end
 if not s.exists then return {0} end
-s.f, s.ttl = KEYS[4], ARGV[5]
+s.f, s.ttl, s.channel = KEYS[4], ARGV[5], channel
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
@@ -34,25 +35,25 @@ local purged = purge(s, now)
 local writer = get(s, '~writer')
 local out = {0}
 if op == 'q' or op == 'Q' then
-  if get(s, 'q:' .. owner) then
-    leave(s, {owner})
+  if redis.call('ZREM', s.q, owner) == 1 then
     out = {3}
   elseif op == 'Q' then
     -- A fresh owner holds one kind of hold at most: whichever a hand-over gave it.
-    if writer == owner then
+    local o = waiter(owner).owner
+    if writer == o then
       unwrite(s)
       out = {2}
     end
-    if unshare(s, owner) then out = {2} end
+    if unshare(s, o) then out = {2} end
   end
 elseif op == 's' then
   if unshare(s, owner) then out = {2} end
 elseif op == 'r' then
-  local n = tonumber(get(s, 'h:' .. owner))
+  local n, _, c = shares(s, owner)
   if n then
     put(s, '~used', num(s, '~used') - 1)
     if n > 1 then
-      put(s, 'h:' .. owner, n - 1)
+      put(s, 'h:' .. owner, (n - 1) .. '//' .. c)
       out = {1, n - 1}
     else
       drop(s, 'h:' .. owner)
