@@ -21,7 +21,7 @@ mod bench;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench::{AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library, Primitive};
+use bench::{AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library};
 
 /// rslock: Redlock over one server here; `acquire` loops over `lock`, which makes 3 tries with
 /// a random pause of up to `retry_delay` (default 200 ms) between them.
@@ -187,33 +187,18 @@ async fn main() -> AnyResult<()> {
         .position(|a| a == "--handoff-hold-ms")
         .and_then(|i| args.get(i + 1))
         .map(|v| v.parse::<u64>())
-        .transpose()?;
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = server::RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+        .transpose()?
+        .unwrap_or(bench::Plan::full().handoff_hold_ms);
+    let (_server, url) = server::named_or_own(std::env::var("REDIS_URL").ok());
     let prefix = format!("redlatch-bench-{}", std::process::id());
-    let entries = vec![
-        bench::redlatch_entry("redlatch-mutex", &url, &prefix, Primitive::Mutex),
-        bench::redlatch_entry("redlatch-fair", &url, &prefix, Primitive::Fair),
-        bench::redlatch_entry("redlatch-semaphore", &url, &prefix, Primitive::Semaphore(1)),
+    let mut entries = bench::redlatch_entries(&url, &prefix);
+    entries.extend([
         rslock_entry("rslock", &url, &prefix, false),
         rslock_entry("rslock-tuned", &url, &prefix, true),
         distkit_entry("distkit", &url, &prefix, false),
         distkit_entry("distkit-tuned", &url, &prefix, true),
-    ];
-    let mut plan = if quick {
-        bench::Plan::quick()
-    } else {
-        bench::Plan::full()
-    };
-    if let Some(ms) = hold_ms {
-        plan.handoff_hold_ms = ms;
-    }
+    ]);
+    let plan = bench::Plan::new(quick, hold_ms);
     let bench = bench::Bench {
         url,
         prefix,

@@ -82,14 +82,7 @@ fn app(client: &LockClient) -> Router {
 #[tokio::main]
 async fn main() -> AnyResult<()> {
     let args = Args::parse();
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = server::RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server::named_or_own(std::env::var("REDIS_URL").ok());
     let client = LockClient::builder(
         deadpool_redis::Config::from_url(&url)
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))?,

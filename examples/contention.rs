@@ -10,6 +10,8 @@
 //! pool: uncontended lock+unlock cycles beside the raw script round trips, the hand-off latency
 //! from a release to a blocked waiter, and 16 tasks fighting over one name.
 
+#[path = "../src/bin/redlatch/measure.rs"]
+mod measure;
 #[path = "../tests/support/server.rs"]
 mod server;
 
@@ -25,6 +27,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 
+use measure::{AnyResult, commandstats, cpu_steal, loop_tasks, requests};
+
 #[derive(Parser, Debug)]
 #[command(about = "redlatch under contention: oversell demo and lock figures")]
 struct Args {
@@ -39,29 +43,19 @@ struct Args {
     handoffs: u64,
 }
 
-type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
 #[tokio::main]
 async fn main() -> AnyResult<()> {
     let args = Args::parse();
     let phase = Duration::from_secs_f64(args.seconds.max(0.5));
     // Our own server unless REDIS_URL names one; on a shared server we only touch our prefix.
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = server::RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server::named_or_own(std::env::var("REDIS_URL").ok());
     let prefix = format!("redlatch-demo-{}", std::process::id());
     let pool = || -> AnyResult<Pool> {
         let mut config = Config::from_url(&url);
         config.pool = Some(deadpool_redis::PoolConfig::new(64));
         Ok(config.create_pool(Some(Runtime::Tokio1))?)
     };
-    let main_pool = pool()?;
-    let client = LockClient::builder(main_pool.clone(), url.as_str())
+    let client = LockClient::builder(pool()?, url.as_str())
         .key_prefix(&prefix)
         .build()?;
     let mut conn = redis::Client::open(url.as_str())?
@@ -85,7 +79,7 @@ async fn main() -> AnyResult<()> {
     bar.inc(1);
 
     bar.set_message("uncontended cycles, 32 tasks on distinct names, and raw scripts");
-    let raw_cycles_per_s = raw_cycles(&main_pool, &prefix, phase).await?;
+    let raw_cycles_per_s = measure::raw_cycles(&url, &prefix, 32, phase).await?;
     let cycles_per_s = cycles(&client, phase).await?;
     bar.inc(1);
 
@@ -123,7 +117,7 @@ async fn main() -> AnyResult<()> {
     bar.inc(1);
     bar.finish_and_clear();
 
-    cleanup(&mut conn, &prefix).await?;
+    measure::cleanup(&mut conn, &format!("{prefix}:")).await?;
     let steal_pct = steal_before
         .zip(cpu_steal())
         .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
@@ -282,96 +276,18 @@ async fn oversell(
     Ok(sold.load(Ordering::Relaxed) as i64 - STOCK)
 }
 
-type Cycle = std::pin::Pin<Box<dyn std::future::Future<Output = AnyResult<()>> + Send>>;
-
-/// Runs `tasks` loops of `cycle(task)` for `phase`; returns completed cycles per second.
-async fn per_second(
-    tasks: usize,
-    phase: Duration,
-    cycle: Arc<dyn Fn(usize) -> Cycle + Send + Sync>,
-) -> AnyResult<f64> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for task in 0..tasks {
-        let (stop, count, cycle) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&cycle));
-        handles.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                cycle(task).await?;
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-        }));
-    }
-    tokio::time::sleep(phase).await;
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.await??;
-    }
-    Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
-}
-
 /// 32 tasks, each on its own name: `lock()` then `unlock()`.
 async fn cycles(client: &LockClient, phase: Duration) -> AnyResult<f64> {
     let mutexes: Vec<_> = (0..32)
         .map(|i| client.mutex(&format!("cycle-{i}")))
         .collect::<Result<_, _>>()?;
-    let mutexes = Arc::new(mutexes);
-    per_second(
-        32,
-        phase,
-        Arc::new(move |task| {
-            let m = mutexes[task].clone();
-            Box::pin(async move {
-                m.lock().await?.unlock().await?;
-                Ok(())
-            })
-        }),
-    )
-    .await
-}
-
-/// The physical reference: the same two scripts by EVALSHA over a connection from the same
-/// pool, with no library logic at all.
-async fn raw_cycles(pool: &Pool, prefix: &str, phase: Duration) -> AnyResult<f64> {
-    static ACQUIRE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-        redis::Script::new(include_str!("../lua/v1/mutex_acquire.lua"))
-    });
-    static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-        redis::Script::new(include_str!("../lua/v1/mutex_release.lua"))
-    });
-    let conn = deadpool_redis::Connection::take(pool.get().await?);
-    let prefix = prefix.to_owned();
-    per_second(
-        32,
-        phase,
-        Arc::new(move |task| {
-            let mut conn = conn.clone();
-            let lock = format!("{prefix}:{{raw-{task}}}");
-            let fence = format!("{lock}:fence");
-            let wake = format!("{lock}:wake");
-            Box::pin(async move {
-                let owner = uuid::Uuid::new_v4().simple().to_string();
-                let _: redis::Value = ACQUIRE
-                    .key(&lock)
-                    .key(&fence)
-                    .arg(&owner)
-                    .arg(30_000)
-                    .arg(60_000)
-                    .arg("new")
-                    .invoke_async(&mut conn)
-                    .await?;
-                let _: redis::Value = RELEASE
-                    .key(&lock)
-                    .arg(&owner)
-                    .arg(&wake)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(())
-            })
-        }),
-    )
+    loop_tasks(32, phase, move |task| {
+        let m = mutexes[task].clone();
+        Box::pin(async move {
+            m.lock().await?.unlock().await?;
+            Ok(())
+        })
+    })
     .await
 }
 
@@ -584,32 +500,28 @@ struct SemaphoreRun {
 async fn semaphore(a: &LockClient, b: &LockClient, phase: Duration) -> AnyResult<SemaphoreRun> {
     let out = Arc::new(AtomicU64::new(0));
     let most = Arc::new(AtomicU64::new(0));
-    let sems = Arc::new([a.semaphore("permits", 8)?, b.semaphore("permits", 8)?]);
+    let sems = [a.semaphore("permits", 8)?, b.semaphore("permits", 8)?];
     let count = Arc::new(AtomicU64::new(0));
     let (cycle_count, cycle_most) = (Arc::clone(&count), Arc::clone(&most));
-    let per_s = per_second(
-        64,
-        phase,
-        Arc::new(move |task| {
-            let (sem, out, most, count) = (
-                sems[task % 2].clone(),
-                Arc::clone(&out),
-                Arc::clone(&cycle_most),
-                Arc::clone(&cycle_count),
-            );
-            Box::pin(async move {
-                let permit = sem.acquire().await?;
-                let now = out.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                // The critical section: one yield, so holders can overlap.
-                tokio::task::yield_now().await;
-                out.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await?;
-                count.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            })
-        }),
-    )
+    let per_s = loop_tasks(64, phase, move |task| {
+        let (sem, out, most, count) = (
+            sems[task % 2].clone(),
+            Arc::clone(&out),
+            Arc::clone(&cycle_most),
+            Arc::clone(&cycle_count),
+        );
+        Box::pin(async move {
+            let permit = sem.acquire().await?;
+            let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            // The critical section: one yield, so holders can overlap.
+            tokio::task::yield_now().await;
+            out.fetch_sub(1, Ordering::SeqCst);
+            permit.release().await?;
+            count.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    })
     .await?;
     Ok(SemaphoreRun {
         acquisitions: count.load(Ordering::Relaxed),
@@ -667,78 +579,8 @@ async fn readers_and_writer(a: &LockClient, b: &LockClient) -> AnyResult<RwRun> 
     })
 }
 
-/// Stolen and total CPU time so far (`/proc/stat`, Linux only): on a shared virtual machine the
-/// hypervisor's share makes every figure slower, so the demo reports it beside them.
-fn cpu_steal() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
-}
-
-/// `INFO commandstats` as command → calls.
-async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("cmdstat_")?;
-            let (name, stats) = rest.split_once(':')?;
-            let calls = stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect())
-}
-
-/// Requests that clients sent between two snapshots: every command except those our scripts
-/// run internally (Redis counts those as calls too; the list is read from the scripts) and
-/// the INFO of the measurement itself.
+/// Requests that clients sent between two snapshots, leaving out the commands redlatch's
+/// scripts run inside Redis and the measurement's own `INFO`.
 fn client_requests(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
-    const SCRIPTS: &[&str] = &[
-        include_str!("../lua/v1/mutex_acquire.lua"),
-        include_str!("../lua/v1/mutex_release.lua"),
-        include_str!("../lua/v1/mutex_extend.lua"),
-        include_str!("../lua/v1/queue_lib.lua"),
-        include_str!("../lua/v1/queue_acquire.lua"),
-        include_str!("../lua/v1/queue_release.lua"),
-        include_str!("../lua/v1/queue_extend.lua"),
-        include_str!("../lua/v1/inspect.lua"),
-    ];
-    let inside: std::collections::HashSet<String> = SCRIPTS
-        .iter()
-        .flat_map(|src| src.split("redis.call('").skip(1))
-        .filter_map(|rest| rest.split('\'').next())
-        .map(str::to_lowercase)
-        .chain(["info".to_owned()])
-        .collect();
-    after
-        .iter()
-        .filter(|(name, _)| !inside.contains(name.as_str()))
-        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
-        .sum()
-}
-
-/// Deletes every key under the demo's prefix.
-async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(conn)
-        .await?;
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(keys).query_async(conn).await?;
-    }
-    Ok(())
+    requests(before, after, &measure::script_commands(measure::LUA))
 }

@@ -16,6 +16,19 @@ fn binary() -> String {
     std::env::var("REDLATCH_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The server `url` names, or, without one, a server of our own: what the examples, the
+/// benchmarks and the command-line tool run against. Keep the server alive while the URL is used.
+pub fn named_or_own(url: Option<String>) -> (Option<RedisServer>, String) {
+    match url.filter(|u| !u.is_empty()) {
+        Some(url) => (None, url),
+        None => {
+            let server = RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    }
+}
+
 /// A redis-server child process owned by the caller.
 #[derive(Debug)]
 pub struct RedisServer {

@@ -2,29 +2,32 @@
 //! (which adds the Rust peers): the scenarios, the libraries they run, the figures they take,
 //! and the table, JSON and chart they write.
 //!
-//! Every figure is the median of the repetitions (3 in full mode), taken figure by figure.
+//! Every figure is the median of the repetitions (3 in full mode), taken figure by figure. The
+//! repetitions are rounds over every configuration, so a drift of the machine's speed over
+//! minutes falls on every library alike.
 //! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
 //! commands a library's scripts run inside Redis and the measurement's own `INFO`.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::{HashMap, HashSet};
 use std::error::Error;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use deadpool_redis::{Config, Pool, Runtime};
+use deadpool_redis::{Config, Runtime};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 use serde_json::{Value, json};
 
-pub type AnyResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
-pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+#[path = "measure.rs"]
+mod measure;
+pub use measure::{
+    AnyResult, BoxFut, LUA, cleanup, commandstats, cpu_steal, loop_tasks, process_cpu, raw_cycles,
+    requests, script_commands,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Libraries
@@ -66,33 +69,6 @@ pub struct Entry {
     pub script_commands: Vec<String>,
 }
 
-/// The `redis.call` commands of Lua sources, lowercased.
-pub fn script_commands(sources: &[&str]) -> Vec<String> {
-    let mut set: HashSet<String> = HashSet::new();
-    for src in sources {
-        for quote in ['\'', '"'] {
-            let marker = format!("redis.call({quote}");
-            for rest in src.split(marker.as_str()).skip(1) {
-                if let Some(cmd) = rest.split(quote).next() {
-                    set.insert(cmd.to_lowercase());
-                }
-            }
-        }
-    }
-    set.into_iter().collect()
-}
-
-const LUA: &[&str] = &[
-    include_str!("../../../lua/v1/mutex_acquire.lua"),
-    include_str!("../../../lua/v1/mutex_release.lua"),
-    include_str!("../../../lua/v1/mutex_extend.lua"),
-    include_str!("../../../lua/v1/queue_lib.lua"),
-    include_str!("../../../lua/v1/queue_acquire.lua"),
-    include_str!("../../../lua/v1/queue_release.lua"),
-    include_str!("../../../lua/v1/queue_extend.lua"),
-    include_str!("../../../lua/v1/inspect.lua"),
-];
-
 /// Which redlatch primitive an entry runs.
 #[derive(Debug, Clone, Copy)]
 pub enum Primitive {
@@ -129,6 +105,15 @@ pub fn redlatch_entry(name: &'static str, url: &str, prefix: &str, primitive: Pr
         }),
         script_commands: script_commands(LUA),
     }
+}
+
+/// redlatch's entries: the mutex, the fair mutex and a semaphore of one permit.
+pub fn redlatch_entries(url: &str, prefix: &str) -> Vec<Entry> {
+    vec![
+        redlatch_entry("redlatch-mutex", url, prefix, Primitive::Mutex),
+        redlatch_entry("redlatch-fair", url, prefix, Primitive::Fair),
+        redlatch_entry("redlatch-semaphore", url, prefix, Primitive::Semaphore(1)),
+    ]
 }
 
 enum RedlatchHandle {
@@ -254,15 +239,44 @@ impl Plan {
             watchdog_window: Duration::from_secs(3),
         }
     }
+
+    /// The quick plan or the full one, with hand-off holds of `handoff_hold_ms` at most.
+    pub fn new(quick: bool, handoff_hold_ms: u64) -> Self {
+        let mut plan = if quick { Self::quick() } else { Self::full() };
+        plan.handoff_hold_ms = handoff_hold_ms;
+        plan
+    }
 }
 
-/// Which scenarios an entry runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
-    Uncontended,
-    Handoff,
-    Contended,
-    Idle,
+/// One measured configuration: a scenario, a library where it has one, and its task count and
+/// critical section.
+#[derive(Clone, Copy)]
+enum Job<'a> {
+    Raw,
+    Uncontended(&'a Entry, usize),
+    Handoff(&'a Entry),
+    Contended(&'a Entry, usize, Duration),
+    Idle(&'a Entry),
+    Semaphore,
+    Watchdog,
+}
+
+impl Job<'_> {
+    fn label(&self, plan: &Plan) -> String {
+        match self {
+            Job::Raw => "raw EVALSHA pairs".to_owned(),
+            Job::Uncontended(e, tasks) => format!("uncontended: {} x{tasks}", e.name),
+            Job::Handoff(e) => format!("hand-off: {}", e.name),
+            Job::Contended(e, tasks, cs) => format!(
+                "contended: {} x{tasks}, {} ms critical section",
+                e.name,
+                cs.as_millis()
+            ),
+            Job::Idle(e) => format!("idle waiters: {}", e.name),
+            Job::Semaphore => "semaphore: 8 permits, 64 tasks".to_owned(),
+            Job::Watchdog => format!("watchdog: {} guards", plan.watchdog_guards),
+        }
+    }
 }
 
 /// Everything a run needs.
@@ -352,59 +366,18 @@ fn median_record(runs: Vec<Record>) -> Record {
 // ---------------------------------------------------------------------------------------------
 
 impl Bench {
-    /// Runs every scenario, prints the table and writes the JSON and the chart.
-    pub async fn run(&self) -> AnyResult<Value> {
-        let mut conn = redis::Client::open(self.url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
+    /// Every configuration, in the order of the table.
+    fn jobs(&self) -> Vec<Job<'_>> {
         let plan = &self.plan;
-        let reps = plan.repetitions;
-        let uncontended_runs = self.entries.len() * plan.uncontended_tasks.len();
-        let contended_runs = self.contended.len() * plan.contended_tasks.len() * 2;
-        let total = reps
-            * (1 + uncontended_runs
-                + 2 * self.entries.len()
-                + contended_runs
-                + self.contended.len()
-                + 2);
-        let bar = ProgressBar::new(total as u64);
-        bar.set_style(ProgressStyle::with_template(
-            "{spinner} [{bar:30}] {pos}/{len} {msg} {elapsed}",
-        )?);
-        bar.enable_steady_tick(Duration::from_millis(200));
-        let steal_before = cpu_steal();
-        let started = Instant::now();
-        let mut records = Vec::new();
-
-        bar.set_message("raw EVALSHA pairs");
-        let mut raw = Vec::new();
-        for _ in 0..reps {
-            raw.push(raw_cycles(&self.url, &self.prefix, 32, plan.phase).await?);
-            bar.inc(1);
-        }
-        raw.sort_by(f64::total_cmp);
-        let raw_cycles_per_s = raw[raw.len() / 2];
-
+        let mut jobs = vec![Job::Raw];
         for entry in &self.entries {
-            for &tasks in &plan.uncontended_tasks {
-                bar.set_message(format!("uncontended: {} x{tasks}", entry.name));
-                let mut runs = Vec::new();
-                for _ in 0..reps {
-                    runs.push(uncontended(entry, tasks, plan.phase).await?);
-                    bar.inc(1);
-                }
-                records.push(median_record(runs));
-            }
+            jobs.extend(
+                plan.uncontended_tasks
+                    .iter()
+                    .map(|&t| Job::Uncontended(entry, t)),
+            );
         }
-        for entry in &self.entries {
-            bar.set_message(format!("hand-off: {}", entry.name));
-            let mut runs = Vec::new();
-            for _ in 0..reps {
-                runs.push(handoff(entry, plan).await?);
-                bar.inc(1);
-            }
-            records.push(median_record(runs));
-        }
+        jobs.extend(self.entries.iter().map(Job::Handoff));
         for entry in self
             .entries
             .iter()
@@ -412,49 +385,71 @@ impl Bench {
         {
             for &tasks in &plan.contended_tasks {
                 for cs in [Duration::ZERO, Duration::from_millis(1)] {
-                    bar.set_message(format!(
-                        "contended: {} x{tasks}, {} ms critical section",
-                        entry.name,
-                        cs.as_millis()
-                    ));
-                    let mut runs = Vec::new();
-                    for _ in 0..reps {
-                        runs.push(contended(entry, &mut conn, tasks, cs, plan).await?);
-                        bar.inc(1);
-                    }
-                    records.push(median_record(runs));
+                    jobs.push(Job::Contended(entry, tasks, cs));
                 }
             }
         }
-        for entry in &self.entries {
-            bar.set_message(format!("idle waiters: {}", entry.name));
-            let mut runs = Vec::new();
-            for _ in 0..reps {
-                runs.push(idle(entry, &mut conn, plan).await?);
-                bar.inc(1);
-            }
-            records.push(median_record(runs));
-        }
-        bar.set_message("semaphore: 8 permits, 64 tasks");
+        jobs.extend(self.entries.iter().map(Job::Idle));
+        jobs.extend([Job::Semaphore, Job::Watchdog]);
+        jobs
+    }
+
+    /// Runs every scenario, prints the table and writes the JSON and the chart.
+    pub async fn run(&self) -> AnyResult<Value> {
+        let mut conn = redis::Client::open(self.url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let plan = &self.plan;
+        let jobs = self.jobs();
+        let bar = ProgressBar::new((plan.repetitions * jobs.len()) as u64);
+        bar.set_style(ProgressStyle::with_template(
+            "{spinner} [{bar:30}] {pos}/{len} {msg} {elapsed}",
+        )?);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let steal_before = cpu_steal();
+        let started = Instant::now();
         let semaphore_entry = redlatch_entry(
             "redlatch-semaphore",
             &self.url,
             &self.prefix,
             Primitive::Semaphore(8),
         );
-        let mut runs = Vec::new();
-        for _ in 0..reps {
-            runs.push(semaphore(&semaphore_entry, &mut conn, 64, plan).await?);
-            bar.inc(1);
+        // Repetition by repetition over every job, so that a machine whose speed drifts over
+        // minutes (a shared virtual machine) slows every library alike.
+        let mut runs: Vec<Vec<Record>> = vec![Vec::new(); jobs.len()];
+        let mut raw = Vec::new();
+        for _ in 0..plan.repetitions {
+            for (job, out) in jobs.iter().zip(&mut runs) {
+                bar.set_message(job.label(plan));
+                let record = match *job {
+                    Job::Raw => {
+                        raw.push(raw_cycles(&self.url, &self.prefix, 32, plan.phase).await?);
+                        None
+                    }
+                    Job::Uncontended(entry, tasks) => {
+                        Some(uncontended(entry, tasks, plan.phase).await?)
+                    }
+                    Job::Handoff(entry) => Some(handoff(entry, plan).await?),
+                    Job::Contended(entry, tasks, cs) => {
+                        Some(contended(entry, &mut conn, tasks, cs, plan).await?)
+                    }
+                    Job::Idle(entry) => Some(idle(entry, &mut conn, plan).await?),
+                    Job::Semaphore => Some(semaphore(&semaphore_entry, &mut conn, 64, plan).await?),
+                    Job::Watchdog => {
+                        Some(watchdog(&self.url, &self.prefix, &mut conn, plan).await?)
+                    }
+                };
+                out.extend(record);
+                bar.inc(1);
+            }
         }
-        records.push(median_record(runs));
-        bar.set_message(format!("watchdog: {} guards", plan.watchdog_guards));
-        let mut runs = Vec::new();
-        for _ in 0..reps {
-            runs.push(watchdog(&self.url, &self.prefix, &mut conn, plan).await?);
-            bar.inc(1);
-        }
-        records.push(median_record(runs));
+        raw.sort_by(f64::total_cmp);
+        let raw_cycles_per_s = raw.get(raw.len() / 2).copied().unwrap_or_default();
+        let records: Vec<Record> = runs
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .map(median_record)
+            .collect();
         bar.finish_and_clear();
         cleanup(&mut conn, &self.prefix).await?;
 
@@ -473,7 +468,7 @@ impl Bench {
         }
         let report = json!({
             "mode": plan.mode,
-            "repetitions": reps,
+            "repetitions": plan.repetitions,
             "seconds": started.elapsed().as_secs_f64(),
             "raw_cycles_per_s": raw_cycles_per_s,
             "steal_pct": steal_pct,
@@ -488,71 +483,6 @@ impl Bench {
         println!("wrote {} and {}", json_path.display(), svg_path.display());
         Ok(report)
     }
-}
-
-/// Runs `tasks` loops of `cycle(task)` until `stop`; returns the count.
-async fn loop_tasks<F>(tasks: usize, phase: Duration, cycle: F) -> AnyResult<f64>
-where
-    F: Fn(usize) -> BoxFut<'static, AnyResult<()>> + Send + Sync + 'static,
-{
-    let cycle = Arc::new(cycle);
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for task in 0..tasks {
-        let (stop, count, cycle) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&cycle));
-        handles.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                cycle(task).await?;
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, Box<dyn Error + Send + Sync>>(())
-        }));
-    }
-    tokio::time::sleep(phase).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed();
-    for h in handles {
-        h.await??;
-    }
-    Ok(count.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64())
-}
-
-/// The physical reference: redlatch's mutex scripts by EVALSHA over a connection of a pool,
-/// `tasks` tasks on distinct names, with no library logic at all.
-pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
-    static ACQUIRE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(LUA[0]));
-    static RELEASE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(LUA[1]));
-    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
-    let conn = deadpool_redis::Connection::take(pool.get().await?);
-    let prefix = prefix.to_owned();
-    loop_tasks(tasks, phase, move |task| {
-        let mut conn = conn.clone();
-        let lock = format!("{prefix}:{{raw-{task}}}");
-        Box::pin(async move {
-            let owner = uuid::Uuid::new_v4().simple().to_string();
-            let _: redis::Value = ACQUIRE
-                .key(&lock)
-                .key(format!("{lock}:fence"))
-                .arg(&owner)
-                .arg(30_000)
-                .arg(60_000)
-                .arg("new")
-                .invoke_async(&mut conn)
-                .await?;
-            let _: redis::Value = RELEASE
-                .key(&lock)
-                .arg(&owner)
-                .arg(format!("{lock}:wake"))
-                .invoke_async(&mut conn)
-                .await?;
-            Ok(())
-        })
-    })
-    .await
 }
 
 /// `tasks` tasks of one client, each on a name of its own: lock and release in a loop.
@@ -898,65 +828,6 @@ async fn watchdog(
 // Measurements
 // ---------------------------------------------------------------------------------------------
 
-/// `INFO commandstats` as command → calls.
-pub async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("cmdstat_")?;
-            let (name, stats) = rest.split_once(':')?;
-            let calls = stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect())
-}
-
-/// Requests clients sent between two snapshots: every command but those in `inside` (run by
-/// scripts) and the measurement's `INFO`.
-pub fn requests(
-    before: &HashMap<String, u64>,
-    after: &HashMap<String, u64>,
-    inside: &[String],
-) -> u64 {
-    after
-        .iter()
-        .filter(|(name, _)| name.as_str() != "info" && !inside.iter().any(|i| i == *name))
-        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
-        .sum()
-}
-
-/// Stolen and total CPU ticks so far (`/proc/stat`, Linux only).
-pub fn cpu_steal() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
-}
-
-/// CPU seconds this process has used (`/proc/self/stat`, Linux only; 100 ticks a second).
-fn process_cpu() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after_name = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
 /// The machine and server the figures come from.
 async fn machine(conn: &mut MultiplexedConnection) -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -984,17 +855,6 @@ async fn machine(conn: &mut MultiplexedConnection) -> Value {
         "os": std::env::consts::OS,
         "redis": version,
     })
-}
-
-async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(conn)
-        .await?;
-    for chunk in keys.chunks(1000) {
-        let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

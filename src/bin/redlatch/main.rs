@@ -97,31 +97,10 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
             out,
             handoff_hold_ms,
         } => {
-            let (_server, url) = match &cli.url {
-                Some(url) => (None, url.clone()),
-                None => {
-                    let server = server::RedisServer::start();
-                    let url = server.url();
-                    (Some(server), url)
-                }
-            };
+            let (_server, url) = server::named_or_own(cli.url.clone());
             let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
-            let mut plan = if quick {
-                bench::Plan::quick()
-            } else {
-                bench::Plan::full()
-            };
-            plan.handoff_hold_ms = handoff_hold_ms;
-            let entries = vec![
-                bench::redlatch_entry("redlatch-mutex", &url, &prefix, bench::Primitive::Mutex),
-                bench::redlatch_entry("redlatch-fair", &url, &prefix, bench::Primitive::Fair),
-                bench::redlatch_entry(
-                    "redlatch-semaphore",
-                    &url,
-                    &prefix,
-                    bench::Primitive::Semaphore(1),
-                ),
-            ];
+            let plan = bench::Plan::new(quick, handoff_hold_ms);
+            let entries = bench::redlatch_entries(&url, &prefix);
             let bench = bench::Bench {
                 url,
                 prefix,

@@ -1,0 +1,183 @@
+//! What the contention figures are made of, shared by the benchmark (`bench.rs`) and the
+//! demonstration (`examples/contention.rs`): task loops, the raw-script reference, request
+//! counts from `INFO commandstats`, and the machine's CPU accounting.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{HashMap, HashSet};
+use std::error::Error;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::{Config, Pool, Runtime};
+use redis::aio::MultiplexedConnection;
+
+pub type AnyResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The `redis.call` commands of Lua sources, lowercased.
+pub fn script_commands(sources: &[&str]) -> Vec<String> {
+    let mut set: HashSet<String> = HashSet::new();
+    for src in sources {
+        for quote in ['\'', '"'] {
+            let marker = format!("redis.call({quote}");
+            for rest in src.split(marker.as_str()).skip(1) {
+                if let Some(cmd) = rest.split(quote).next() {
+                    set.insert(cmd.to_lowercase());
+                }
+            }
+        }
+    }
+    set.into_iter().collect()
+}
+
+/// redlatch's scripts.
+pub const LUA: &[&str] = &[
+    include_str!("../../../lua/v1/mutex_acquire.lua"),
+    include_str!("../../../lua/v1/mutex_release.lua"),
+    include_str!("../../../lua/v1/mutex_extend.lua"),
+    include_str!("../../../lua/v1/queue_lib.lua"),
+    include_str!("../../../lua/v1/queue_acquire.lua"),
+    include_str!("../../../lua/v1/queue_release.lua"),
+    include_str!("../../../lua/v1/queue_extend.lua"),
+    include_str!("../../../lua/v1/inspect.lua"),
+    include_str!("../../../lua/v1/force_unlock.lua"),
+];
+
+/// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second.
+pub async fn loop_tasks<F>(tasks: usize, phase: Duration, cycle: F) -> AnyResult<f64>
+where
+    F: Fn(usize) -> BoxFut<'static, AnyResult<()>> + Send + Sync + 'static,
+{
+    let cycle = Arc::new(cycle);
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (stop, count, cycle) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&cycle));
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                cycle(task).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>(())
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    for h in handles {
+        h.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64())
+}
+
+/// The physical reference: redlatch's mutex scripts by EVALSHA over a connection of a pool,
+/// `tasks` tasks on distinct names, with no library logic at all.
+pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
+    static ACQUIRE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(LUA[0]));
+    static RELEASE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(LUA[1]));
+    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
+    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let prefix = prefix.to_owned();
+    loop_tasks(tasks, phase, move |task| {
+        let mut conn = conn.clone();
+        let lock = format!("{prefix}:{{raw-{task}}}");
+        Box::pin(async move {
+            let owner = uuid::Uuid::new_v4().simple().to_string();
+            let _: redis::Value = ACQUIRE
+                .key(&lock)
+                .key(format!("{lock}:fence"))
+                .arg(&owner)
+                .arg(30_000)
+                .arg(60_000)
+                .arg("new")
+                .invoke_async(&mut conn)
+                .await?;
+            let _: redis::Value = RELEASE
+                .key(&lock)
+                .arg(&owner)
+                .arg(format!("{lock}:wake"))
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// `INFO commandstats` as command → calls.
+pub async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
+
+/// Requests clients sent between two snapshots: every command but those in `inside` (run by
+/// scripts) and the measurement's `INFO`.
+pub fn requests(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    inside: &[String],
+) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info" && !inside.iter().any(|i| i == *name))
+        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Stolen and total CPU ticks so far (`/proc/stat`, Linux only).
+pub fn cpu_steal() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
+}
+
+/// CPU seconds this process has used (`/proc/self/stat`, Linux only; 100 ticks a second).
+pub fn process_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Deletes every key under `prefix`.
+pub async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(conn)
+        .await?;
+    for chunk in keys.chunks(1000) {
+        let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
+    }
+    Ok(())
+}
