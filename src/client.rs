@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     /// Names this client in Redis queues: a waiter's place starts with it, so the places of a
     /// client that is gone can be found and removed together.
     pub(crate) id: String,
+    /// Waits for carried owner tokens at queued primitives take turns here.
+    pub(crate) turns: crate::queue::Turns,
     pub(crate) node: Arc<Node>,
     pub(crate) tasks: Tasks,
     /// Dropping this stops the subscription task.
@@ -355,6 +357,7 @@ impl LockClientBuilder {
             inner: Arc::new(Inner {
                 config: self.config,
                 id: OwnerToken::new().short_id(),
+                turns: Default::default(),
                 node,
                 tasks,
                 _shutdown: shutdown,

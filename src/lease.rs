@@ -101,9 +101,11 @@ pub(crate) struct Hold {
     pub(crate) renew: bool,
     /// Conservative local estimate of when the lease runs out.
     expires_at: StdMutex<Instant>,
-    /// The first term was shorter than the lease (a handed-over hold): renew once even if the
-    /// lease is fixed.
-    short_start: AtomicBool,
+    /// A release handed this hold over: the watchdog renews it once even if its lease is
+    /// fixed, and that renewal is also the waiter's answer (see `queue_lib.lua`).
+    handed: AtomicBool,
+    /// Its guard let it go (released, or handed to the release queue).
+    ended: AtomicBool,
     lost: watch::Sender<bool>,
 }
 
@@ -126,7 +128,8 @@ impl Hold {
             lease,
             renew,
             expires_at: StdMutex::new(sent_at + lease),
-            short_start: AtomicBool::new(false),
+            handed: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             lost: watch::Sender::new(false),
         }
     }
@@ -145,22 +148,26 @@ impl Hold {
         self.lost.subscribe()
     }
 
-    /// The first term was cut short by a hand-over.
-    pub(crate) fn short_start(&self) -> bool {
-        self.short_start.load(Ordering::Relaxed)
+    /// Its guard let it go: it is being released, or is released.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
+    /// A release handed this hold over.
+    pub(crate) fn is_handed(&self) -> bool {
+        self.handed.load(Ordering::Relaxed)
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
         *self.expires_at.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The first term ends at `at`, before the lease would: the watchdog renews it in time.
-    pub(crate) fn cap_expiry(&self, at: Instant) {
+    /// A release handed this hold over, for a first term ending at `at` (never later than the
+    /// lease would): the watchdog renews it in time, once at least.
+    pub(crate) fn handed_until(&self, at: Instant) {
         let mut current = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-        if at < *current {
-            *current = at;
-            self.short_start.store(true, Ordering::Relaxed);
-        }
+        *current = at.min(*current);
+        self.handed.store(true, Ordering::Relaxed);
     }
 
     /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
@@ -223,6 +230,7 @@ impl Lease {
     /// Stops watching and hands the hold to the caller, who releases it.
     pub(crate) fn disarm(mut self) -> Arc<Hold> {
         self.armed = false;
+        self.hold.ended.store(true, Ordering::Relaxed);
         self.tasks.0.watchdog.forget(self.hold.id);
         Arc::clone(&self.hold)
     }
@@ -231,6 +239,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
+            self.hold.ended.store(true, Ordering::Relaxed);
             self.tasks.0.watchdog.forget(self.hold.id);
             if !self.hold.is_lost() {
                 // If the release queue is gone the client is shutting down; the lease then
@@ -380,7 +389,11 @@ pub struct Lost {
 
 impl Lost {
     pub(crate) fn new(hold: &Hold) -> Self {
-        let mut signal = hold.lost_signal();
+        Self::from_signal(hold.lost_signal())
+    }
+
+    /// Completes when `signal` says lost, or when its hold is gone.
+    pub(crate) fn from_signal(mut signal: watch::Receiver<bool>) -> Self {
         Self {
             inner: Box::pin(async move {
                 // The sender lives as long as the hold; if it is gone, so is the hold.

@@ -16,9 +16,10 @@
 //! [`Semaphore`]: crate::Semaphore
 //! [`RwLock`]: crate::RwLock
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -37,6 +38,9 @@ use crate::wait::{Attempt, Claim, OnCancel, Queueing, noting_lost_answers, wait_
 /// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
 /// it is left only when the last of them is done with it.
 type Place = StdMutex<Option<Lease>>;
+
+/// One turn per carried owner and name in a client (see [`Queued::acquire`]), while in use.
+pub(crate) type Turns = StdMutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>;
 
 /// A handle on one named queued primitive: what [`FairMutex`](crate::FairMutex),
 /// [`Semaphore`](crate::Semaphore) and [`RwLock`](crate::RwLock) wrap.
@@ -100,10 +104,19 @@ impl Queued {
         timeout: Option<Duration>,
     ) -> Result<Held> {
         let inner = &self.client.inner;
-        let id = owner.as_field();
+        let started = Instant::now();
+        // A hand-over names the client and the owner: two waits of one carried owner in one
+        // client could not tell whose it is. They take turns, and the later one re-enters the
+        // earlier one's hold.
+        let _turn = match claim {
+            Claim::As => Some(self.turn(&owner, timeout).await?),
+            _ => None,
+        };
+        let timeout = timeout.map(|t| t.saturating_sub(started.elapsed()));
+        let tag = format!("{}/{}", inner.id, owner.as_field());
         let fresh = claim == Claim::New;
         let place: Arc<Place> = Arc::default();
-        let queueing = Queueing::Server { id: &id };
+        let queueing = Queueing::Server { id: &tag };
         let unanswered = AtomicBool::new(false);
         let result = wait_for(
             &inner.node,
@@ -142,13 +155,15 @@ impl Queued {
 
     /// The hold a release handed to this waiter, for a first `term` (its lease, or the waiter
     /// timeout if that is shorter): the watchdog renews it before that runs out, to the full
-    /// lease. The term started when the release ran, a moment before the message arrived, so
-    /// the local estimate of its end is counted from a twentieth of it earlier.
+    /// lease (a fixed lease once, at once). The term started when the release ran, a moment
+    /// before the message arrived, so the local estimate of its end is counted from a
+    /// twentieth of it earlier.
     fn handed(&self, op: Op, owner: OwnerToken, fence: u64, term: Duration) -> Held {
         let now = Instant::now();
         let sent_at = now.checked_sub(term / 20).unwrap_or(now);
         let hold = self.hold(op, &owner, self.lease, sent_at);
-        hold.cap_expiry(sent_at + term);
+        // A term too long to add (it came in a message) leaves the lease's own end.
+        hold.handed_until(sent_at.checked_add(term).unwrap_or(sent_at + self.lease));
         Held {
             client: self.client.clone(),
             owner,
@@ -212,21 +227,54 @@ impl Queued {
         })?
     }
 
-    /// A new owner's acquisition ends in an error after an attempt may have been granted, or
-    /// queued, without its answer arriving: release whatever the owner may hold and leave the
-    /// queue, in the background (what does not exist is refused harmlessly).
-    fn abandon(&self, op: Op, units: u32, owner: OwnerToken, claim: Claim, queued: bool) {
-        if !claim.is_fresh() {
-            return;
+    /// Waits for this client's turn to wait for the carried `owner` here (see `acquire`).
+    async fn turn(
+        &self,
+        owner: &OwnerToken,
+        timeout: Option<Duration>,
+    ) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+        let key = format!("{}/{}", self.keys.wake, owner.as_field());
+        let turn = {
+            let mut turns = self
+                .client
+                .inner
+                .turns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            turns.retain(|_, t| t.strong_count() > 0);
+            match turns.get(&key).and_then(Weak::upgrade) {
+                Some(turn) => turn,
+                None => {
+                    let turn = Arc::new(tokio::sync::Mutex::new(()));
+                    turns.insert(key, Arc::downgrade(&turn));
+                    turn
+                }
+            }
+        };
+        match timeout {
+            None => Ok(turn.lock_owned().await),
+            Some(t) => tokio::time::timeout(t, turn.lock_owned())
+                .await
+                .map_err(|_| Error::Timeout { waited: t }),
         }
-        let tasks = &self.client.inner.tasks;
-        let now = Instant::now();
-        drop(Lease::new(
-            self.hold(op, &owner, self.lease, now),
-            tasks.clone(),
-        ));
+    }
+
+    /// An acquisition ends in an error after an attempt may have been granted, or queued,
+    /// without its answer arriving: in the background, a new owner releases whatever it may
+    /// hold, and a queued waiter leaves the queue, releasing a hold that a hand-over gave it
+    /// (what does not exist is refused harmlessly). A carried owner's other holds are not
+    /// touched.
+    fn abandon(&self, op: Op, units: u32, owner: OwnerToken, claim: Claim, queued: bool) {
+        let fresh = claim.is_fresh();
+        if fresh {
+            let tasks = &self.client.inner.tasks;
+            drop(Lease::new(
+                self.hold(op, &owner, self.lease, Instant::now()),
+                tasks.clone(),
+            ));
+        }
         if queued {
-            drop(self.place(op, units, &owner, true));
+            drop(self.place(op, units, &owner, fresh));
         }
     }
 

@@ -155,7 +155,8 @@ where
     G: FnMut(u64, Duration) -> Result<T>,
 {
     let started = Instant::now();
-    let deadline = timeout.map(|t| started + t);
+    // A timeout too long to add to the clock is no deadline at all.
+    let deadline = timeout.and_then(|t| started.checked_add(t));
     let timed_out = || Error::Timeout {
         waited: timeout.unwrap_or_default(),
     };
@@ -200,7 +201,7 @@ where
                     return Ok(value);
                 }
                 Attempt::Busy(wait) => {
-                    let at = wait.map(|p| Instant::now() + p);
+                    let at = wait.and_then(|p| Instant::now().checked_add(p));
                     let w = waiter.get_or_insert_with(join);
                     if server {
                         own_deadline = at;

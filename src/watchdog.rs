@@ -10,8 +10,8 @@
 //! A hold is lost, never to be held again, when a renewal finds the lock gone or owned by
 //! another, or when its lease would have run out (measured from the moment the last successful
 //! renewal was sent) without Redis answering. A hold with a fixed lease is not renewed (unless
-//! its first term was cut short by a hand-over: then once, to its full lease); it is marked
-//! lost when its lease runs out.
+//! a release handed it over: then once, at once, to its full lease); it is marked lost when its
+//! lease runs out.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -112,20 +112,25 @@ fn interval(hold: &Hold) -> Duration {
 }
 
 /// When the task first looks at a new hold: a third of its lease from now (or of a shorter
-/// first term), or its expiry if it is not renewed.
+/// first term), at once for a handed-over hold with a fixed lease, or its expiry if it is not
+/// renewed.
 fn first_due(hold: &Hold, now: Instant) -> Instant {
-    if renewing(hold) {
+    if hold.renew {
         let left = hold.expires_at().saturating_duration_since(now);
         now + interval(hold).min(left / 3)
+    } else if hold.is_handed() {
+        now
     } else {
         hold.expires_at()
     }
 }
 
-/// A fixed lease that started short (a hand-over cut its first term) is renewed once, to its
-/// full length.
+/// A fixed lease that a release handed over is renewed once, at once, to its full length: the
+/// lease counts from the moment the waiter has the hold, and the renewal tells Redis that the
+/// waiter's client is alive (an unanswered hand-over that runs out takes the client's other
+/// waiters with it).
 fn renewing(hold: &Hold) -> bool {
-    hold.renew || hold.short_start()
+    hold.renew || hold.is_handed()
 }
 
 struct Entry {

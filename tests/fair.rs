@@ -317,3 +317,112 @@ async fn a_fixed_lease_that_runs_out_keeps_its_clients_waiters_in_line() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_handed_fixed_lease_that_runs_out_keeps_its_clients_waiters_in_line() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        // As above, but the fixed lease reaches its waiter by a hand-over, for a first term as
+        // long as the lease: its one renewal answers for the client, which stays in line.
+        let (holder, a, b) = (redis.client(), redis.client(), redis.client());
+        let first = holder.fair_mutex("handed").unwrap().lock().await.unwrap();
+        let order = Arc::new(LocalMutex::new(Vec::new()));
+        let timed = {
+            let mutex = a
+                .fair_mutex("handed")
+                .unwrap()
+                .with_lease(Duration::from_millis(300))
+                .unwrap();
+            let order = Arc::clone(&order);
+            tokio::spawn(async move {
+                let guard = mutex.lock().await.unwrap();
+                order.lock().await.push("a-timed");
+                // Kept past its lease on purpose.
+                guard.lost().await;
+                guard
+            })
+        };
+        until(|| async { redis.queued(&holder, "handed").await == 1 }).await;
+        let mut tasks = Vec::new();
+        for (i, (client, label)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
+            let mutex = client.fair_mutex("handed").unwrap();
+            let order = Arc::clone(&order);
+            tasks.push(tokio::spawn(async move {
+                let guard = mutex.lock().await.unwrap();
+                order.lock().await.push(label);
+                guard.unlock().await.unwrap();
+            }));
+            until(|| async { redis.queued(&holder, "handed").await == i + 2 }).await;
+        }
+        first.unlock().await.unwrap();
+        let timed = timed.await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().await, vec!["a-timed", "a", "b"]);
+        drop(timed);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_waits_of_one_carried_owner_share_its_hold_and_nobody_else_gets_in() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let (holder, a, b) = (redis.client(), redis.client(), redis.client());
+        let mutex = a.fair_mutex("carried").unwrap();
+        let first = holder.fair_mutex("carried").unwrap().lock().await.unwrap();
+        let owner = redlatch::OwnerToken::new();
+        let waits: Vec<_> = (0..2)
+            .map(|_| {
+                let mutex = mutex.clone();
+                tokio::spawn(async move { mutex.lock_as(&owner).await.unwrap() })
+            })
+            .collect();
+        // One place in the queue (the other wait takes its turn in the client), then a
+        // stranger behind it.
+        until(|| async { redis.queued(&holder, "carried").await == 1 }).await;
+        let stranger = {
+            let mutex = b.fair_mutex("carried").unwrap();
+            tokio::spawn(async move { mutex.lock().await.unwrap() })
+        };
+        until(|| async { redis.queued(&holder, "carried").await == 2 }).await;
+        first.unlock().await.unwrap();
+        let mut guards = Vec::new();
+        for w in waits {
+            guards.push(w.await.unwrap());
+        }
+        // Both waits hold, as one owner with two holds; the stranger still waits.
+        let snapshot = holder.inspect("carried").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 1, "{snapshot:?}");
+        assert_eq!(snapshot.holders[0].exclusive_holds, 2, "{snapshot:?}");
+        assert_eq!(guards[0].fencing_token(), guards[1].fencing_token());
+        guards.pop().unwrap().unlock().await.unwrap();
+        assert!(!stranger.is_finished());
+        assert_eq!(redis.queued(&holder, "carried").await, 1);
+        guards.pop().unwrap().unlock().await.unwrap();
+        stranger.await.unwrap().unlock().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_endless_timeout_is_no_deadline() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let client = redis.client();
+        let mutex = client.fair_mutex("endless").unwrap();
+        let first = mutex.lock_timeout(Duration::MAX).await.unwrap();
+        let waiter = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock_timeout(Duration::MAX).await })
+        };
+        until(|| async { redis.queued(&client, "endless").await == 1 }).await;
+        first.unlock().await.unwrap();
+        waiter.await.unwrap().unwrap().unlock().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}

@@ -489,3 +489,33 @@ async fn poll_ready_only_asks_the_inner_service_and_the_lock_comes_with_the_call
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_request_hold_kept_past_the_request_reports_the_release() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let (tx, rx) = oneshot::channel::<RequestHold>();
+        let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+        let service =
+            LockLayer::new(client.clone(), by_path).layer(service_fn(move |req: Request<Body>| {
+                let tx = Arc::clone(&tx);
+                async move {
+                    let hold = req.extensions().get::<RequestHold>().cloned().unwrap();
+                    assert!(hold.is_held());
+                    if let Some(tx) = tx.lock().unwrap().take() {
+                        let _ = tx.send(hold);
+                    }
+                    Ok::<_, Infallible>(Response::new(Body::default()))
+                }
+            }));
+        let response = service.oneshot(request("/kept")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let hold = rx.await.unwrap();
+        // The response is ready: the layer released the lock, and the kept handle says so.
+        assert!(!hold.is_held());
+        hold.lost().await;
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}

@@ -59,8 +59,9 @@ local writer = get(s, '~writer')
 local reads, fence = shares(s, owner)
 
 -- A new owner that already holds: the answer to an earlier attempt was lost, or a hand-over
--- came first. Return that hold.
-if claim == 'new' or claim == 'queued' then
+-- came first. Return that hold. A queued waiter whose place is still in the queue was handed
+-- nothing: if its (carried) owner holds, that is another wait's hold, and it re-enters below.
+if claim == 'new' or (claim == 'queued' and not queued) then
   if (op == 'x' or op == 'w') and writer == owner then
     answered(s, owner)
     return finish(s, {1, get(s, '~wfence'), num(s, '~wholds')})
@@ -72,8 +73,12 @@ if claim == 'new' or claim == 'queued' then
   end
 end
 
--- Re-entry never waits: the owner already holds the lock.
+-- Re-entry never waits: the owner already holds the lock (and leaves the queue, if it was in it).
+local function reenter()
+  if queued then redis.call('ZREM', s.q, place) end
+end
 if (op == 'x' or op == 'w') and writer == owner then
+  reenter()
   local holds = num(s, '~wholds') + 1
   put(s, '~wholds', holds)
   if now + lease > num(s, '~wexp') then
@@ -83,6 +88,7 @@ if (op == 'x' or op == 'w') and writer == owner then
   return finish(s, {1, get(s, '~wfence'), holds})
 end
 if op == 'r' and (reads or writer == owner) then
+  reenter()
   share(s, owner, 1, now + lease, '', nil)
   return finish(s, {1, 0, (reads or 0) + 1})
 end

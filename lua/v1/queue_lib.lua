@@ -278,8 +278,8 @@ end
 
 -- Hands the lock over: the waiters at the head of the queue that fit now (as many as the free
 -- permits cover, every reader up to the first writer, or one exclusive waiter) get their hold
--- here, leave the queue, and are told in one message of space-separated `owner:fence:ms`
--- triples on `channel`. The first waiter that does not fit stops it, so nobody overtakes. The
+-- here, leave the queue, and are told in one message of space-separated `client/owner:fence:ms`
+-- triples on `channel` (the client part keeps apart waits of one owner token in two processes). The first waiter that does not fit stops it, so nobody overtakes. The
 -- hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that died in the
 -- queue holds the lock no longer than that. A waiter that misses the message finds the hold
 -- when it next tries (claim `new` or `queued`).
@@ -303,7 +303,7 @@ local function handoff(s, channel, now, clock)
     local token = 0
     if w.op ~= 'r' then token = mint(s, clock) or 0 end
     token = take(s, w.owner, w.op, w.n, now + term, token, w.client)
-    told[#told + 1] = w.owner .. ':' .. token .. ':' .. term
+    told[#told + 1] = w.client .. '/' .. w.owner .. ':' .. token .. ':' .. term
     if w.op ~= 'r' and w.op ~= 's' then break end
   end
   if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end
@@ -311,7 +311,7 @@ end
 
 -- A lease that ends sooner than `~next` said (a short grace or fixed lease) may run out
 -- before any queued waiter looks again. Tells the first waiter of each client in the queue,
--- by name alone: it asks again and learns when to look. One per client is enough: a client's
+-- by `client/owner` alone: it asks again and learns when to look. One per client is enough: a client's
 -- waiters live and die together.
 local function tell_sooner(s)
   local told, seen = {}, {}
@@ -320,7 +320,7 @@ local function tell_sooner(s)
       local w = waiter(m)
       if not seen[w.client] then
         seen[w.client] = true
-        told[#told + 1] = w.owner
+        told[#told + 1] = w.client .. '/' .. w.owner
       end
     end
   end

@@ -6,14 +6,16 @@
 -- KEYS[4]: fence key  <prefix>:{<name>}:fence     (written when the name goes idle)
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
---          queue: a waiter gave up), Q (leave the queue, and if a hand-over already made the
---          owner a holder, release that hold: for owners made for the wait that ends)
+--          queue: a waiter gave up; if a hand-over already gave its owner a hold that nobody
+--          answered, release that one hold: for owners the caller carried), Q (leave the queue,
+--          and if a hand-over already made the owner a holder, release that hold: for owners
+--          made for the wait that ends)
 -- ARGV[3]: owner token; for q and Q the waiter's queue member (see queue_lib)
 -- ARGV[4]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[5]: lifetime of the fence key in milliseconds
 -- Whatever the call frees is handed over at once: every waiter that becomes grantable gets its
 -- hold in this script and is told on the channel (`owner:fence:ms`, space-separated; see
--- handoff in queue_lib).
+-- handoff in queue_lib; `client/owner:fence:ms`).
 -- returns: {1, holds}      one hold released; the owner still holds `holds` of this op
 --          {2}             the owner's last hold of this op released (for Q: the hold a
 --                          hand-over gave it)
@@ -45,6 +47,27 @@ if op == 'q' or op == 'Q' then
       out = {2}
     end
     if unshare(s, o) then out = {2} end
+  else
+    -- A carried owner may hold more: only the hold a hand-over gave this waiter goes, known by
+    -- the mark of its client that its answer would have cleared. A client waits for one owner
+    -- at one name in one place at a time, so the mark is this waiter's.
+    local w = waiter(owner)
+    if writer == w.owner and get(s, '~wclient') == w.client then
+      local n = num(s, '~wholds') - 1
+      if n > 0 then put(s, '~wholds', n) else unwrite(s) end
+      out = {2}
+    else
+      local n, _, c = shares(s, w.owner)
+      if n and c ~= '' and c == w.client then
+        if w.op == 'r' and n > 1 then
+          put(s, 'h:' .. w.owner, (n - 1) .. '//')
+          put(s, '~used', num(s, '~used') - 1)
+        else
+          unshare(s, w.owner)
+        end
+        out = {2}
+      end
+    end
   end
 elseif op == 's' then
   if unshare(s, owner) then out = {2} end

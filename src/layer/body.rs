@@ -135,6 +135,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
+            Kind::Inner { ended: true, .. } => SizeHint::with_exact(0),
             Kind::Inner { body, .. } => body.size_hint(),
             Kind::Message { text } => {
                 SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))

@@ -77,13 +77,21 @@ pub enum LayerError {
 impl LayerError {
     /// The status a response for this error carries: `423 Locked` for a busy or timed-out lock,
     /// `503 Service Unavailable` for a semaphore with no permit free, a lost lease or Redis
-    /// out of reach, `400 Bad Request` for a bad owner header or a name that cannot be used.
+    /// out of reach, `400 Bad Request` for a bad owner header or a name that cannot be used
+    /// (names usually come from the request), and `500 Internal Server Error` for what the
+    /// request cannot change: foreign data or another layout under the key, a semaphore in use
+    /// with another capacity, an unexpected reply.
     ///
     /// ```
     /// use redlatch::layer::LayerError;
     ///
     /// let lost = LayerError::LeaseLost { name: "a".into() };
     /// assert_eq!(lost.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    /// let mismatch = LayerError::Acquire {
+    ///     name: "a".into(),
+    ///     source: redlatch::Error::CapacityMismatch { name: "a".into(), ours: 2, theirs: 3 },
+    /// };
+    /// assert_eq!(mismatch.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
     /// ```
     pub fn status(&self) -> StatusCode {
         match self {
@@ -95,6 +103,15 @@ impl LayerError {
                 source: crate::Error::InvalidArgument { .. },
                 ..
             } => StatusCode::BAD_REQUEST,
+            Self::Acquire {
+                source:
+                    crate::Error::CapacityMismatch { .. }
+                    | crate::Error::WrongType { .. }
+                    | crate::Error::Layout { .. }
+                    | crate::Error::Upgrade { .. }
+                    | crate::Error::Protocol { .. },
+                ..
+            } => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -116,9 +133,8 @@ impl LayerError {
     /// ```
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::Busy { retry_after, .. } | Self::TimedOut { retry_after, .. } => {
-                retry_after.map(|d| (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1))
-            }
+            Self::Busy { retry_after, .. } | Self::TimedOut { retry_after, .. } => retry_after
+                .map(|d| (d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))).max(1)),
             _ => None,
         }
     }

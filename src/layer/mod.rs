@@ -77,9 +77,10 @@ mod lock;
 mod permit;
 mod service;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use body::HoldBody;
@@ -156,17 +157,9 @@ impl<B> MakeLockName<B> for FixedName {
     }
 }
 
-/// How long a request waits for its lock or permit.
-///
-/// ```
-/// use std::time::Duration;
-/// use redlatch::layer::Wait;
-///
-/// assert_eq!(Wait::default(), Wait::Timeout(Duration::from_secs(10)));
-/// ```
+/// How long a request waits for its lock or permit (set with `fail_fast` and `wait_timeout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Wait {
+pub(crate) enum Wait {
     /// One attempt: if it is busy, fail at once with [`LayerError::Busy`].
     FailFast,
     /// Wait up to this long, then fail with [`LayerError::TimedOut`].
@@ -215,7 +208,9 @@ pub struct RequestHold {
     name: Arc<str>,
     fencing_token: u64,
     owner: Option<OwnerToken>,
-    hold: Arc<Hold>,
+    /// Gone once the hold is released: a `RequestHold` kept past the request does not keep it.
+    hold: Weak<Hold>,
+    lost: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for RequestHold {
@@ -230,12 +225,13 @@ impl std::fmt::Debug for RequestHold {
 
 impl RequestHold {
     pub(crate) fn new(held: &Held, owner: Option<OwnerToken>) -> Self {
-        let hold = Arc::clone(held.hold());
+        let hold = held.hold();
         Self {
             name: Arc::clone(&hold.name),
             fencing_token: held.fence,
             owner,
-            hold,
+            hold: Arc::downgrade(hold),
+            lost: hold.lost_signal(),
         }
     }
 
@@ -277,7 +273,10 @@ impl RequestHold {
         self.owner.as_ref()
     }
 
-    /// True while the lease is believed held (it has not been found lost and has not run out).
+    /// True while the request holds the lock or permit: until the layer releases it (when the
+    /// response is ready, or at the end of its body with
+    /// [`hold_until_body_end`](LockLayer::hold_until_body_end)), unless the lease is lost or
+    /// runs out first.
     ///
     /// ```no_run
     /// # fn demo(hold: redlatch::layer::RequestHold) {
@@ -285,10 +284,13 @@ impl RequestHold {
     /// # }
     /// ```
     pub fn is_held(&self) -> bool {
-        !self.hold.is_lost() && Instant::now() < self.hold.expires_at()
+        self.hold
+            .upgrade()
+            .is_some_and(|h| !h.is_ended() && !h.is_lost() && Instant::now() < h.expires_at())
     }
 
-    /// A future that completes when the lease is known lost.
+    /// A future that completes when the lease is known lost, or once the layer has released
+    /// the hold.
     ///
     /// ```no_run
     /// # async fn demo(hold: redlatch::layer::RequestHold) {
@@ -299,7 +301,7 @@ impl RequestHold {
     /// # }
     /// ```
     pub fn lost(&self) -> Lost {
-        Lost::new(&self.hold)
+        Lost::from_signal(self.lost.clone())
     }
 }
 
