@@ -281,6 +281,14 @@ pub struct LockClientBuilder {
 impl LockClientBuilder {
     /// The prefix of every key and channel. Default: `"redlatch"`. At most
     /// [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes, no braces.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .key_prefix("billing")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.config.prefix = prefix.into();
         self
@@ -288,6 +296,16 @@ impl LockClientBuilder {
 
     /// The lease of every acquisition that does not name its own. Default: 30 s. With the
     /// watchdog on, it is renewed every third of itself while the guard lives.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .default_lease(Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
         self
@@ -295,6 +313,14 @@ impl LockClientBuilder {
 
     /// Whether the watchdog renews default leases. Default: on. With it off, a guard holds the
     /// lock for exactly its lease unless it calls [`extend`](crate::MutexGuard::extend).
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .watchdog(false)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn watchdog(mut self, on: bool) -> Self {
         self.config.watchdog = on;
         self
@@ -326,6 +352,16 @@ impl LockClientBuilder {
     /// (the subscription is down) and when the holder's remaining lease is unknown. Each wait
     /// is also bounded by the holder's remaining lease and by the caller's deadline. Default:
     /// 10 ms to 1 s.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .wait_backoff(Duration::from_millis(5), Duration::from_millis(500))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn wait_backoff(mut self, min: Duration, max: Duration) -> Self {
         self.config.backoff_min = min;
         self.config.backoff_max = max;
@@ -339,6 +375,14 @@ impl LockClientBuilder {
     /// [`Error::InvalidArgument`] for a bad setting (empty prefix, lease outside
     /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), backoff min above
     /// max) or outside a tokio runtime; [`Error::Redis`] for a bad server address.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .key_prefix("billing")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
         let server = self.server?;

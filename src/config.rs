@@ -5,12 +5,28 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 /// The default lease: 30 s, renewed by the watchdog every 10 s.
+///
+/// ```
+/// assert_eq!(redlatch::DEFAULT_LEASE, std::time::Duration::from_secs(30));
+/// ```
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The shortest lease accepted.
+///
+/// ```
+/// assert_eq!(redlatch::MIN_LEASE, std::time::Duration::from_millis(10));
+/// ```
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
-/// The longest lease accepted.
+/// The longest lease accepted: a year.
+///
+/// ```
+/// assert!(redlatch::MAX_LEASE >= std::time::Duration::from_secs(365 * 24 * 3600));
+/// ```
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long the fencing counter of a name lives after its last fresh acquisition: 7 days.
+///
+/// ```
+/// assert_eq!(redlatch::FENCE_TTL.as_secs(), 7 * 24 * 3600);
+/// ```
 pub const FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Settings shared by every handle of one client.

@@ -3,6 +3,13 @@
 use std::time::Duration;
 
 /// A `Result` whose error defaults to [`Error`].
+///
+/// ```
+/// fn parse(name: &str) -> redlatch::Result<&str> {
+///     Ok(name)
+/// }
+/// assert!(parse("a").is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in redlatch.

@@ -15,6 +15,14 @@ use crate::scripts::{
 use crate::token::SHORT_ID_LEN;
 
 /// What a name is in use as.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// if client.inspect("jobs").await?.kind == Some(redlatch::LockKind::Semaphore) {
+///     println!("`jobs` is a semaphore");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -68,6 +76,14 @@ pub struct Snapshot {
 }
 
 /// One holder in a [`Snapshot`].
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// for holder in client.inspect("report").await?.holders {
+///     println!("{} holds {} time(s), {:?} left", holder.id, holder.exclusive_holds, holder.lease_left);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HolderInfo {
@@ -82,6 +98,10 @@ pub struct HolderInfo {
 }
 
 /// What a queued waiter asks for.
+///
+/// ```
+/// assert_eq!(redlatch::Wants::Permits(2), redlatch::Wants::Permits(2));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Wants {
@@ -96,6 +116,14 @@ pub enum Wants {
 }
 
 /// One queued waiter in a [`Snapshot`].
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// for (place, waiter) in client.inspect("report").await?.waiters.iter().enumerate() {
+///     println!("{place}: {} wants {:?} (client {})", waiter.id, waiter.wants, waiter.client);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WaiterInfo {
@@ -143,6 +171,13 @@ impl fmt::Display for Snapshot {
 }
 
 /// What [`LockClient::force_unlock`] removed.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let removed = client.force_unlock("stuck").await?;
+/// println!("{} holder(s), {} waiter(s) removed", removed.holders, removed.waiters);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ForceUnlocked {

@@ -6,8 +6,16 @@
 use crate::error::{Error, Result};
 
 /// The longest lock name accepted, in bytes.
+///
+/// ```
+/// assert_eq!(redlatch::MAX_NAME_LEN, 512);
+/// ```
 pub const MAX_NAME_LEN: usize = 512;
 /// The longest key prefix accepted, in bytes.
+///
+/// ```
+/// assert_eq!(redlatch::MAX_PREFIX_LEN, 64);
+/// ```
 pub const MAX_PREFIX_LEN: usize = 64;
 
 fn check(what: &'static str, value: &str, max: usize) -> Result<()> {

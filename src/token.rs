@@ -33,6 +33,11 @@ pub struct OwnerToken(uuid::Uuid);
 
 impl OwnerToken {
     /// A new random owner.
+    ///
+    /// ```
+    /// let (a, b) = (redlatch::OwnerToken::new(), redlatch::OwnerToken::new());
+    /// assert_ne!(a, b);
+    /// ```
     pub fn new() -> Self {
         Self(uuid::Uuid::new_v4())
     }

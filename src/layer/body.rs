@@ -22,6 +22,27 @@ pin_project! {
     ///
     /// A held lock or permit is released when the last frame has been read, or when the body
     /// is dropped unread (the client went away), in the background.
+    ///
+    /// ```no_run
+    /// use std::convert::Infallible;
+    /// use http::{Request, Response};
+    /// use redlatch::layer::{HoldBody, HoldService, LockLayer, ResponseFuture};
+    /// use tower::{Layer, Service, ServiceExt, service_fn};
+    ///
+    /// # async fn demo(client: redlatch::LockClient) -> Result<(), redlatch::layer::BoxError> {
+    /// let handler = service_fn(|_req: Request<String>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::from("done")))
+    /// });
+    /// let mut service: HoldService<_, _> =
+    ///     LockLayer::new(client, |req: &Request<String>| Some(req.uri().path().to_owned()))
+    ///         .layer(handler);
+    /// let future: ResponseFuture<_> =
+    ///     service.ready().await?.call(Request::new(String::new()));
+    /// let response: Response<HoldBody<String>> = future.await?;
+    /// # let _ = response;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub struct HoldBody<B> {
         #[pin]
         kind: Kind<B>,

@@ -165,6 +165,16 @@ impl LayerError {
     }
 }
 
+/// The response [`status`](LayerError::status), with `Retry-After` when known and the error's
+/// text as the body: a handler may return a `LayerError` itself.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use redlatch::layer::LayerError;
+///
+/// let response = LayerError::LeaseLost { name: "a".into() }.into_response();
+/// assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+/// ```
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl axum_core::response::IntoResponse for LayerError {
@@ -187,6 +197,14 @@ mod sealed {
 }
 
 /// How a layer reports a [`LayerError`]: [`Errors`] (the default) or [`Statuses`]. Sealed.
+///
+/// ```
+/// use redlatch::layer::{Errors, LayerError, OnError};
+///
+/// let err = LayerError::LeaseLost { name: "a".into() };
+/// let reported = <Errors as OnError<std::convert::Infallible, ()>>::layer_error(err);
+/// assert!(reported.is_err());
+/// ```
 pub trait OnError<E, B>: sealed::Sealed {
     /// The service's error type.
     type Error;
@@ -198,11 +216,31 @@ pub trait OnError<E, B>: sealed::Sealed {
 
 /// Report layer errors as errors: the service's error is a [`BoxError`] that downcasts to
 /// [`LayerError`] (or is the inner service's error).
+///
+/// ```no_run
+/// use redlatch::layer::{Errors, LockLayer};
+///
+/// # fn demo(client: redlatch::LockClient) {
+/// // The default: `LockLayer<_, Errors>`.
+/// let layer: LockLayer<_, Errors> =
+///     LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Errors;
 
 /// Report layer errors as responses with a status ([`LayerError::status`]): the service fails
 /// only when the inner service does, so axum takes it with a plain `.layer(...)`.
+///
+/// ```no_run
+/// use redlatch::layer::{LockLayer, Statuses};
+///
+/// # fn demo(client: redlatch::LockClient) {
+/// let layer: LockLayer<_, Statuses> =
+///     LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+///         .respond_with_status();
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Statuses;
 

@@ -26,6 +26,27 @@ use crate::wait::{Attempt, Claim};
 ///
 /// Dropping it (the client went away) drops the inner service's future and releases the lock
 /// in the background, at once; a lock acquisition on its way is released too.
+///
+/// ```no_run
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use redlatch::layer::{HoldBody, HoldService, LockLayer, ResponseFuture};
+/// use tower::{Layer, Service, ServiceExt, service_fn};
+///
+/// # async fn demo(client: redlatch::LockClient) -> Result<(), redlatch::layer::BoxError> {
+/// let handler = service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("done")))
+/// });
+/// let mut service: HoldService<_, _> =
+///     LockLayer::new(client, |req: &Request<String>| Some(req.uri().path().to_owned()))
+///         .layer(handler);
+/// let future: ResponseFuture<_> =
+///     service.ready().await?.call(Request::new(String::new()));
+/// let response: Response<HoldBody<String>> = future.await?;
+/// # let _ = response;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<T> {
     inner: Pin<Box<dyn Future<Output = T> + Send>>,

@@ -72,6 +72,13 @@ impl<M> LockLayer<M> {
 impl<M, R> LockLayer<M, R> {
     /// Serve waiting requests strictly first come, first served across the fleet, with a
     /// [`FairMutex`](crate::FairMutex).
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .fair();
+    /// # }
+    /// ```
     #[must_use]
     pub fn fair(mut self) -> Self {
         self.fair = true;
@@ -80,6 +87,13 @@ impl<M, R> LockLayer<M, R> {
 
     /// Do not wait: a request whose lock is held fails at once with
     /// [`LayerError::Busy`](super::LayerError::Busy).
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .fail_fast();
+    /// # }
+    /// ```
     #[must_use]
     pub fn fail_fast(mut self) -> Self {
         self.policy.wait = Wait::FailFast;
@@ -88,6 +102,13 @@ impl<M, R> LockLayer<M, R> {
 
     /// Wait up to `limit` for the lock, then fail with
     /// [`LayerError::TimedOut`](super::LayerError::TimedOut). Default: 10 s.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .wait_timeout(std::time::Duration::from_millis(500));
+    /// # }
+    /// ```
     #[must_use]
     pub fn wait_timeout(mut self, limit: Duration) -> Self {
         self.policy.wait = Wait::Timeout(limit);
@@ -95,6 +116,13 @@ impl<M, R> LockLayer<M, R> {
     }
 
     /// What to do if the lease is lost while the handler runs. Default: [`OnLost::Cancel`].
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .on_lease_lost(redlatch::layer::OnLost::Flag);
+    /// # }
+    /// ```
     #[must_use]
     pub fn on_lease_lost(mut self, on_lost: OnLost) -> Self {
         self.policy.on_lost = on_lost;
@@ -103,6 +131,13 @@ impl<M, R> LockLayer<M, R> {
 
     /// Hold the lock until the response body has been read to its end (or dropped), not just
     /// until the response head. Default: off.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .hold_until_body_end();
+    /// # }
+    /// ```
     #[must_use]
     pub fn hold_until_body_end(mut self) -> Self {
         self.policy.hold_body = true;
@@ -113,6 +148,13 @@ impl<M, R> LockLayer<M, R> {
     /// in `header`, and show the token to the handler ([`RequestHold::owner`](super::RequestHold::owner))
     /// so it can pass it on. Off by default. The token is a capability: accept the header only
     /// from services you trust, and strip it from requests that come from outside.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .reentry_header(http::HeaderName::from_static("x-lock-owner"));
+    /// # }
+    /// ```
     #[must_use]
     pub fn reentry_header(mut self, header: HeaderName) -> Self {
         self.reentry = Some(header);
@@ -122,6 +164,13 @@ impl<M, R> LockLayer<M, R> {
     /// Answer busy, timed-out and failed requests with a status
     /// ([`LayerError::status`](super::LayerError::status)) instead of failing: the service's
     /// error becomes the inner service's, so axum's `Router::layer` accepts it.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    ///     .respond_with_status();
+    /// # }
+    /// ```
     #[must_use]
     pub fn respond_with_status(self) -> LockLayer<M, Statuses> {
         LockLayer {

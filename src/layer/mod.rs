@@ -94,6 +94,15 @@ use crate::lease::{Held, Hold, Lost};
 use crate::token::OwnerToken;
 
 /// The error type of the services: a [`LayerError`] or the inner service's error, boxed.
+///
+/// ```
+/// use redlatch::layer::{BoxError, LayerError};
+///
+/// fn is_busy(err: &BoxError) -> bool {
+///     matches!(err.downcast_ref::<LayerError>(), Some(LayerError::Busy { .. }))
+/// }
+/// assert!(!is_busy(&BoxError::from("inner failure")));
+/// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Makes the name of the lock (or semaphore) a request is served under; `None` lets the request
@@ -146,6 +155,11 @@ pub struct FixedName(Arc<str>);
 
 impl FixedName {
     /// Every request gets `name`.
+    ///
+    /// ```
+    /// let name = redlatch::layer::FixedName::new("reports");
+    /// # let _ = name;
+    /// ```
     pub fn new(name: impl Into<Arc<str>>) -> Self {
         Self(name.into())
     }

@@ -83,6 +83,13 @@ impl<M> PermitLayer<M> {
 impl<M, R> PermitLayer<M, R> {
     /// Do not wait: a request that finds no permit free fails at once with
     /// [`LayerError::Busy`](super::LayerError::Busy).
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::PermitLayer::new(client, "api", 64)
+    ///     .fail_fast();
+    /// # }
+    /// ```
     #[must_use]
     pub fn fail_fast(mut self) -> Self {
         self.policy.wait = Wait::FailFast;
@@ -91,6 +98,13 @@ impl<M, R> PermitLayer<M, R> {
 
     /// Wait up to `limit` for a permit, then fail with
     /// [`LayerError::TimedOut`](super::LayerError::TimedOut). Default: 10 s.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::PermitLayer::new(client, "api", 64)
+    ///     .wait_timeout(std::time::Duration::from_millis(500));
+    /// # }
+    /// ```
     #[must_use]
     pub fn wait_timeout(mut self, limit: Duration) -> Self {
         self.policy.wait = Wait::Timeout(limit);
@@ -99,6 +113,13 @@ impl<M, R> PermitLayer<M, R> {
 
     /// What to do if the permit's lease is lost while the handler runs. Default:
     /// [`OnLost::Cancel`].
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::PermitLayer::new(client, "api", 64)
+    ///     .on_lease_lost(redlatch::layer::OnLost::Flag);
+    /// # }
+    /// ```
     #[must_use]
     pub fn on_lease_lost(mut self, on_lost: OnLost) -> Self {
         self.policy.on_lost = on_lost;
@@ -107,6 +128,13 @@ impl<M, R> PermitLayer<M, R> {
 
     /// Hold the permit until the response body has been read to its end (or dropped).
     /// Default: off.
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::PermitLayer::new(client, "api", 64)
+    ///     .hold_until_body_end();
+    /// # }
+    /// ```
     #[must_use]
     pub fn hold_until_body_end(mut self) -> Self {
         self.policy.hold_body = true;
@@ -115,6 +143,13 @@ impl<M, R> PermitLayer<M, R> {
 
     /// Answer requests that get no permit with a status instead of failing (`503` with
     /// `Retry-After`); see [`LockLayer::respond_with_status`](super::LockLayer::respond_with_status).
+    ///
+    /// ```no_run
+    /// # fn demo(client: redlatch::LockClient) {
+    /// let layer = redlatch::layer::PermitLayer::new(client, "api", 64)
+    ///     .respond_with_status();
+    /// # }
+    /// ```
     #[must_use]
     pub fn respond_with_status(self) -> PermitLayer<M, Statuses> {
         PermitLayer {

@@ -19,6 +19,27 @@ use crate::token::OwnerToken;
 /// response future (and keeps a clone for the next request), because the inner service is
 /// called only once the lock is held: the inner service must be `Clone`, and its readiness is
 /// held while the request waits for the lock.
+///
+/// ```no_run
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use redlatch::layer::{HoldBody, HoldService, LockLayer, ResponseFuture};
+/// use tower::{Layer, Service, ServiceExt, service_fn};
+///
+/// # async fn demo(client: redlatch::LockClient) -> Result<(), redlatch::layer::BoxError> {
+/// let handler = service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("done")))
+/// });
+/// let mut service: HoldService<_, _> =
+///     LockLayer::new(client, |req: &Request<String>| Some(req.uri().path().to_owned()))
+///         .layer(handler);
+/// let future: ResponseFuture<_> =
+///     service.ready().await?.call(Request::new(String::new()));
+/// let response: Response<HoldBody<String>> = future.await?;
+/// # let _ = response;
+/// # Ok(())
+/// # }
+/// ```
 pub struct HoldService<S, M, R = Errors> {
     inner: S,
     client: LockClient,
