@@ -191,34 +191,39 @@ async fn the_concurrency_limit_is_never_exceeded_and_is_reached() {
     let redis = TestRedis::new();
     within(LIMIT, async {
         const PERMITS: usize = 3;
+        const REQUESTS: usize = 24;
         let inside = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
-        let app =
-            Router::new()
-                .route(
-                    "/work",
-                    get(
-                        |Extension((inside, most)): Extension<(
-                            Arc<AtomicUsize>,
-                            Arc<AtomicUsize>,
-                        )>| async move {
-                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                            most.fetch_max(now, Ordering::SeqCst);
-                            // Work that takes a while, so requests pile up behind the limit.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            inside.fetch_sub(1, Ordering::SeqCst);
-                            "done"
-                        },
-                    ),
-                )
-                .layer(
-                    PermitLayer::new(redis.client(), "work", PERMITS as u32).respond_with_status(),
-                )
-                .layer(Extension((Arc::clone(&inside), Arc::clone(&most))));
+        // Each handler leaves only once PERMITS handlers are inside together: the limit is
+        // reached, and a limit that let fewer in would hang the test (REQUESTS is a multiple).
+        let full = Arc::new(tokio::sync::Barrier::new(PERMITS));
+        let app = Router::new()
+            .route(
+                "/work",
+                get(
+                    |Extension((inside, most, full)): Extension<(
+                        Arc<AtomicUsize>,
+                        Arc<AtomicUsize>,
+                        Arc<tokio::sync::Barrier>,
+                    )>| async move {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        full.wait().await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        "done"
+                    },
+                ),
+            )
+            .layer(PermitLayer::new(redis.client(), "work", PERMITS as u32).respond_with_status())
+            .layer(Extension((
+                Arc::clone(&inside),
+                Arc::clone(&most),
+                Arc::clone(&full),
+            )));
         let addr = serve(app).await;
         let client = http_client();
         let mut calls = Vec::new();
-        for _ in 0..24 {
+        for _ in 0..REQUESTS {
             let client = client.clone();
             calls.push(tokio::spawn(async move {
                 get_status(&client, addr, "/work").await
@@ -344,7 +349,6 @@ async fn a_client_that_hangs_up_releases_the_lock_at_once() {
             .unwrap();
         started.notified().await;
         assert_eq!(client.inspect("item:9").await.unwrap().holders.len(), 1);
-        let hung_up = Instant::now();
         drop(stream);
         // The next holder gets in long before the 30 s lease could have run out.
         let next = client
@@ -353,7 +357,6 @@ async fn a_client_that_hangs_up_releases_the_lock_at_once() {
             .lock_timeout(Duration::from_secs(10))
             .await
             .expect("the lock was not released when the client went away");
-        assert!(hung_up.elapsed() < Duration::from_secs(10));
         assert!(dropped.load(Ordering::SeqCst), "the handler kept running");
         next.unlock().await.unwrap();
     })

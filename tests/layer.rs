@@ -519,3 +519,51 @@ async fn a_request_hold_kept_past_the_request_reports_the_release() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_permit_layer_times_out_reports_a_capacity_clash_and_frees_on_body_drop() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        // The only permit is taken: a request waits its 200 ms and gets 503.
+        let taken = client
+            .semaphore("pool", 1)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let waiting = PermitLayer::new(client.clone(), "pool", 1)
+            .wait_timeout(Duration::from_millis(200))
+            .respond_with_status()
+            .layer(service_fn(report));
+        let response = waiting.oneshot(request("/")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+        // A layer that says another capacity cannot change anything by retrying: 500.
+        let clash = PermitLayer::new(client.clone(), "pool", 5)
+            .respond_with_status()
+            .layer(service_fn(report));
+        let response = clash.oneshot(request("/")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        taken.release().await.unwrap();
+
+        // Held until the body ends: a body dropped unread gives the permit back.
+        let streaming = PermitLayer::new(client.clone(), "pool", 1)
+            .hold_until_body_end()
+            .layer(service_fn(report));
+        let response = streaming.oneshot(request("/")).await.unwrap();
+        assert_eq!(
+            client.inspect("pool").await.unwrap().permits_in_use,
+            Some(1)
+        );
+        drop(response);
+        let patient = PermitLayer::new(client.clone(), "pool", 1)
+            .wait_timeout(Duration::from_secs(10))
+            .respond_with_status()
+            .layer(service_fn(report));
+        let again = patient.oneshot(request("/")).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
