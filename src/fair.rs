@@ -25,7 +25,8 @@ use crate::wait::{Attempt, Claim};
 /// * **Dead waiters** are passed over: the head of the queue is handed the lock for a first
 ///   term of the waiter timeout at most (by default the client's default lease, 30 s; see
 ///   [`LockClientBuilder::waiter_timeout`](crate::LockClientBuilder::waiter_timeout)), which a
-///   live waiter's client renews and a dead one lets run out, timed by the server's clock.
+///   live waiter answers (its watchdog renews the hold) and a dead one lets run out, timed by
+///   the server's clock.
 ///   When a client lets a hold run out, its other queued waiters go too, so a crashed process
 ///   holds up the queue for one waiter timeout at most, however many waiters it had. A
 ///   cancelled or timed out wait leaves the queue at once.

@@ -440,8 +440,8 @@ pub(crate) async fn extend_batch(node: &Node, holds: &[(&Hold, u64)]) -> Result<
             invocation.key(*key);
         }
         let what = match hold.kind {
-            Kind::Queued(_, Op::Waiting { .. }) => "q",
             Kind::Queued(_, Op::Exclusive | Op::Write) => "w",
+            // Read holds and permits. A waiter's place is never renewed: it has no deadline.
             _ => "h",
         };
         invocation

@@ -115,12 +115,11 @@ pub(crate) enum Queueing<'a> {
     /// In this client only (the plain mutex): Redis keeps no queue, a release wakes the oldest
     /// local waiter of each client, and only that front waiter keeps a fallback timer.
     Local,
-    /// In Redis (fair mutex, semaphore, read-write lock): the attempt queues the waiter under
-    /// `id`, a release names the waiters it lets through, and each waiter keeps its own timer
-    /// for the moment the script said something may change unannounced (a lease or a waiter's
-    /// deadline running out).
+    /// In Redis (fair mutex, semaphore, read-write lock): the attempt queues the waiter, a
+    /// release names the waiters it lets through (as `id`), and each waiter keeps its own timer
+    /// for the moment the script said something may change unannounced (a lease running out).
     Server {
-        /// The waiter's id in the Redis queue (its owner token).
+        /// How releases name the waiter: `client/owner` (see `queue_lib.lua`).
         id: &'a str,
     },
 }

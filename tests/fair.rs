@@ -88,7 +88,8 @@ async fn a_dead_waiter_is_evicted_after_its_timeout() {
     within(NO_LOST_WAKEUPS, async {
         let live = redis.client();
         let holder = live.fair_mutex("dead").unwrap().lock().await.unwrap();
-        // A waiter queues from a process that then dies: nobody removes or renews its place.
+        // A waiter queues from a process that then dies: nobody removes its place or answers
+        // the hand-over that reaches it.
         crashing(|| async {
             let client = redis
                 .builder()

@@ -249,7 +249,8 @@ async fn a_writer_downgrades_and_a_reader_cannot_upgrade() {
 async fn queued_readers_get_in_once_a_crashed_writers_lease_runs_out() {
     let redis = TestRedis::new();
     within(LIMIT, async {
-        let lease = Duration::from_millis(500);
+        // Long enough for both readers to be seen queued before it runs out.
+        let lease = Duration::from_secs(3);
         let mut taken = None;
         support::crashing(|| async {
             let client = redis.builder().default_lease(lease).build().unwrap();
@@ -268,6 +269,11 @@ async fn queued_readers_get_in_once_a_crashed_writers_lease_runs_out() {
                 tokio::spawn(async move { lock.read().await.unwrap() })
             })
             .collect();
+        support::until(|| async { redis.queued(&client, "crash").await == 2 }).await;
+        assert!(
+            taken.elapsed() < lease,
+            "the readers queued too late to show anything"
+        );
         let mut guards = Vec::new();
         for r in readers {
             guards.push(r.await.unwrap());
