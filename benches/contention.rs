@@ -55,6 +55,8 @@ fn rslock_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> Ent
         connect,
         // Its unlock script's commands; it locks with a plain SET NX PX.
         script_commands: vec!["get".into(), "del".into()],
+        // Its keys are `{prefix}:rslock:{name}`, under the bench's own prefix.
+        namespaces: Vec::new(),
     }
 }
 
@@ -108,7 +110,14 @@ struct DistkitContender(Arc<distkit::lock::Mutex>);
 
 struct DistkitHold(distkit::lock::MutexGuard);
 
+/// distkit's key namespace for the bench: its keys are `{namespace}:{name}`, outside the bench's
+/// `{prefix}:` (a namespace may not contain `:`).
+fn distkit_namespace(prefix: &str) -> String {
+    format!("{prefix}-distkit")
+}
+
 fn distkit_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> Entry {
+    let namespaces = vec![distkit_namespace(prefix)];
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     let connect: Connect = Arc::new(move || {
         let (url, prefix) = (url.clone(), prefix.clone());
@@ -129,6 +138,7 @@ fn distkit_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> En
         connect,
         // Its release and renewal scripts' commands; it locks with a plain SET NX PX.
         script_commands: vec!["get".into(), "del".into(), "pexpire".into()],
+        namespaces,
     }
 }
 
@@ -140,7 +150,7 @@ impl Library for Distkit {
     ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>> {
         Box::pin(async move {
             let key = distkit::DistkitRedisKey::try_from(name.replace(':', "-"))?;
-            let namespace = distkit::DistkitRedisKey::try_from(format!("{}-distkit", self.prefix))?;
+            let namespace = distkit::DistkitRedisKey::try_from(distkit_namespace(&self.prefix))?;
             let mut options = distkit::lock::LockOptions::builder(key, self.connection.clone())
                 .namespace(namespace);
             if let Some(ttl) = lease {
@@ -179,17 +189,44 @@ impl Hold for DistkitHold {
 }
 
 #[tokio::main]
-async fn main() -> AnyResult<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("contention: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> AnyResult<()> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let hold_ms = args
-        .iter()
-        .position(|a| a == "--handoff-hold-ms")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse::<u64>())
-        .transpose()?
-        .unwrap_or(bench::Plan::full().handoff_hold_ms);
-    let (_server, url) = server::named_or_own(std::env::var("REDIS_URL").ok());
+    let hold_ms = match args.iter().position(|a| a == "--handoff-hold-ms") {
+        None => bench::Plan::full().handoff_hold_ms,
+        Some(i) => {
+            let value = args.get(i + 1).ok_or("--handoff-hold-ms needs a value")?;
+            let ms: u64 = value.parse().map_err(|_| {
+                format!("--handoff-hold-ms: `{value}` is not a whole number of milliseconds")
+            })?;
+            if ms < 2 {
+                return Err(format!(
+                    "--handoff-hold-ms: {ms} ms is too short: holds are drawn from 1 ms up to \
+                     (not including) this value, so it must be 2 or more"
+                )
+                .into());
+            }
+            ms
+        }
+    };
+    let (server, url) = server::try_named_or_own(std::env::var("REDIS_URL").ok())?;
+    let own_server = server.is_some();
+    if !own_server {
+        eprintln!(
+            "{}",
+            bench::given_server_note("contention", &url, "REDIS_URL")
+        );
+    }
     let prefix = format!("redlatch-bench-{}", std::process::id());
     let mut entries = bench::redlatch_entries(&url, &prefix);
     entries.extend([
@@ -213,7 +250,9 @@ async fn main() -> AnyResult<()> {
             "distkit-tuned",
         ],
         out_dir: std::path::PathBuf::from("target/bench"),
+        own_server,
     };
     bench.run().await?;
+    drop(server);
     Ok(())
 }

@@ -6,9 +6,10 @@
 //! ```
 //!
 //! Buyers run check-then-decrement on a stock counter, first without a lock (some stock is
-//! sold twice), then under a `Mutex` (none is). Then it measures, against the same server and
-//! pool: uncontended lock+unlock cycles beside the raw script round trips, the hand-off latency
-//! from a release to a blocked waiter, and 16 tasks fighting over one name.
+//! sold twice), then under a `Mutex` (none is). Then it measures, against the same server:
+//! uncontended lock+unlock cycles of 32 tasks beside the raw script round trips of 32 tasks (on
+//! a connection of their own, without the library), the hand-off latency from a release to a
+//! blocked waiter, and 16 tasks fighting over one name.
 
 #[path = "../src/bin/redlatch/measure.rs"]
 mod measure;
@@ -27,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 
-use measure::{AnyResult, commandstats, cpu_steal, loop_tasks, requests};
+use measure::{AnyResult, Waits, commandstats, cpu_steal, loop_tasks, requests};
 
 #[derive(Parser, Debug)]
 #[command(about = "redlatch under contention: oversell demo and lock figures")]
@@ -44,11 +45,27 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> AnyResult<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("contention: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> AnyResult<()> {
     let args = Args::parse();
     let phase = Duration::from_secs_f64(args.seconds.max(0.5));
     // Our own server unless REDIS_URL names one; on a shared server we only touch our prefix.
-    let (_server, url) = server::named_or_own(std::env::var("REDIS_URL").ok());
+    let (server, url) = server::try_named_or_own(std::env::var("REDIS_URL").ok())?;
+    if server.is_none() {
+        eprintln!(
+            "{}",
+            measure::given_server_note("contention", &url, "REDIS_URL")
+        );
+    }
     let prefix = format!("redlatch-demo-{}", std::process::id());
     let pool = || -> AnyResult<Pool> {
         let mut config = Config::from_url(&url);
@@ -78,7 +95,7 @@ async fn main() -> AnyResult<()> {
     let oversold_locked = oversell(&mut conn, &stock_key, Some(&mutex)).await?;
     bar.inc(1);
 
-    bar.set_message("uncontended cycles, 32 tasks on distinct names, and raw scripts");
+    bar.set_message("uncontended cycles and raw scripts, 32 tasks on distinct names each");
     let raw_cycles_per_s = measure::raw_cycles(&url, &prefix, 32, phase).await?;
     let cycles_per_s = cycles(&client, phase).await?;
     bar.inc(1);
@@ -117,7 +134,7 @@ async fn main() -> AnyResult<()> {
     bar.inc(1);
     bar.finish_and_clear();
 
-    measure::cleanup(&mut conn, &format!("{prefix}:")).await?;
+    measure::cleanup(&mut conn, &prefix).await?;
     let steal_pct = steal_before
         .zip(cpu_steal())
         .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
@@ -224,6 +241,7 @@ async fn main() -> AnyResult<()> {
             "rw_writer_wait_ms": rw.writer_wait.as_secs_f64() * 1000.0,
             "rw_writer_alone": rw.writer_alone,
             "steal_pct": steal_pct,
+            "server": if server.is_some() { "own" } else { "given" },
         });
         println!("{json}");
     }
@@ -390,7 +408,8 @@ impl AnyMutex {
 const WARM_UP: Duration = Duration::from_millis(300);
 
 /// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section,
-/// measured for `phase` after a [`WARM_UP`].
+/// measured for `phase` after a [`WARM_UP`]. The longest wait also counts the tasks still
+/// waiting when the phase ends (their wait so far).
 async fn contended(
     client: &LockClient,
     conn: &mut MultiplexedConnection,
@@ -402,6 +421,7 @@ async fn contended(
     let measuring = Arc::new(AtomicBool::new(false));
     let last = Arc::new(std::sync::Mutex::new(usize::MAX));
     let retakes = Arc::new(AtomicU64::new(0));
+    let waits = Arc::new(Waits::new(tasks));
     let mut handles = Vec::new();
     for id in 0..tasks {
         let mutex = AnyMutex::new(
@@ -409,18 +429,20 @@ async fn contended(
             fair,
             if fair { "contended-fair" } else { "contended" },
         )?;
-        let (stop, measuring, last, retakes) = (
+        let (stop, measuring, last, retakes, waits) = (
             Arc::clone(&stop),
             Arc::clone(&measuring),
             Arc::clone(&last),
             Arc::clone(&retakes),
+            Arc::clone(&waits),
         );
         handles.push(tokio::spawn(async move {
             let (mut count, mut max_wait) = (0u64, Duration::ZERO);
             while !stop.load(Ordering::Relaxed) {
-                let asked = Instant::now();
+                let asked = waits.asking(id);
                 let guard = mutex.lock().await?;
-                if measuring.load(Ordering::Relaxed) {
+                waits.got(id);
+                if measuring.load(Ordering::SeqCst) {
                     max_wait = max_wait.max(asked.elapsed());
                     count += 1;
                     let mut last = last.lock().map_err(|_| "poisoned")?;
@@ -436,15 +458,18 @@ async fn contended(
     }
     tokio::time::sleep(WARM_UP).await;
     let before = commandstats(conn).await?;
-    measuring.store(true, Ordering::Relaxed);
+    measuring.store(true, Ordering::SeqCst);
     let started = Instant::now();
     tokio::time::sleep(phase).await;
-    measuring.store(false, Ordering::Relaxed);
-    let elapsed = started.elapsed();
+    // Tasks still waiting at the stop count with their wait so far; one that gets the lock
+    // between this look and the end of `measuring` counts its whole wait itself.
+    let stopped = Instant::now();
+    let mut max_wait = waits.still_waiting_at(stopped);
+    measuring.store(false, Ordering::SeqCst);
+    let elapsed = stopped - started;
     let after = commandstats(conn).await?;
     stop.store(true, Ordering::Relaxed);
     let mut counts = Vec::new();
-    let mut max_wait = Duration::ZERO;
     for h in handles {
         let (count, wait) = h.await??;
         counts.push(count as f64);

@@ -149,6 +149,7 @@ impl Hold {
     }
 
     /// Its guard let it go: it is being released, or is released.
+    #[cfg(feature = "tower")]
     pub(crate) fn is_ended(&self) -> bool {
         self.ended.load(Ordering::Relaxed)
     }

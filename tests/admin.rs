@@ -9,30 +9,64 @@ use support::{TestRedis, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// How many clients listen on the wake-up channel of the mutex `name`.
+async fn listeners(redis: &TestRedis, name: &str) -> u64 {
+    let mut conn = redis.conn().await;
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{}:wake", redis.lock_key(name)))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n
+}
+
 #[tokio::test]
 async fn force_unlock_frees_a_held_mutex_and_wakes_its_waiter() {
-    let redis = TestRedis::new();
+    // Our own server: the test counts every script call on it.
+    let redis = TestRedis::own();
     within(LIMIT, async {
-        // The holder renews often, so it learns of the removal at once.
-        let stuck = redis
-            .builder()
-            .default_lease(Duration::from_millis(300))
-            .build()
+        // A long fixed lease, never renewed: a waiter that is not woken would wait for its end
+        // (its fallback timer), long past its own 10 s timeout.
+        let stuck = redis.client();
+        let guard = stuck
+            .mutex("job")
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .lock()
+            .await
             .unwrap();
-        let guard = stuck.mutex("job").unwrap().lock().await.unwrap();
         let lost = guard.lost();
+        let calls = redis.calls("evalsha").await;
         let other = redis.client();
         let waiter = tokio::spawn({
             let mutex = other.mutex("job").unwrap();
-            async move { mutex.lock().await.unwrap() }
+            async move { mutex.lock_timeout(Duration::from_secs(10)).await }
         });
+        // Blocked for sure: it listens for wake-ups, and both its attempts (before and after
+        // subscribing) were refused. A plain mutex's waiters queue in their client, so
+        // `inspect` does not show them.
+        support::until(|| async {
+            listeners(&redis, "job").await > 0 && redis.calls("evalsha").await >= calls + 2
+        })
+        .await;
+        assert!(!waiter.is_finished(), "the waiter got a held lock");
         let admin = redis.client();
         let removed = admin.force_unlock("job").await.unwrap();
         assert_eq!(removed.kind, Some(LockKind::Mutex));
         assert_eq!((removed.holders, removed.waiters), (1, 0));
-        // The waiter was told and took the lock, with a later token; the old holder knows.
-        let next = waiter.await.unwrap();
+        // The waiter was told and took the lock, with a later token.
+        let next = waiter
+            .await
+            .unwrap()
+            .expect("force_unlock woke the waiter long before the holder's lease would end");
         assert!(next.fencing_token() > guard.fencing_token());
+        // The old holder finds out at its next contact with Redis.
+        assert!(matches!(
+            guard.extend(Duration::from_secs(30)).await,
+            Err(Error::NotHeld { .. })
+        ));
         lost.await;
         assert!(!guard.is_held());
         next.unlock().await.unwrap();

@@ -1,4 +1,5 @@
-//! The `redlatch` command-line tool against a real server: inspect and force-unlock.
+//! The `redlatch` command-line tool against a real server: inspect, force-unlock, and the quick
+//! benchmark's output.
 #![cfg(feature = "cli")]
 
 mod support;
@@ -11,9 +12,17 @@ use support::{TestRedis, within};
 
 /// Runs the tool against `url` under `prefix`, feeding `stdin`; returns success and output.
 fn redlatch(url: &str, prefix: &str, args: &[&str], stdin: &str) -> (bool, String) {
+    let mut all = vec!["--url", url, "--prefix", prefix];
+    all.extend_from_slice(args);
+    tool(&all, &[], stdin)
+}
+
+/// Runs the tool with `args` and extra environment variables (`REDIS_URL` removed), feeding
+/// `stdin`; returns success and stdout followed by stderr.
+fn tool(args: &[&str], envs: &[(&str, &str)], stdin: &str) -> (bool, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
-        .args(["--url", url, "--prefix", prefix])
         .args(args)
+        .envs(envs.iter().copied())
         .env_remove("REDIS_URL")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -60,7 +69,7 @@ async fn inspect_shows_the_holder_and_force_unlock_asks_first() {
 
         let (ok, out) = run(vec!["force-unlock", "nightly", "--yes"], "").await;
         assert!(ok, "{out}");
-        assert!(out.contains("removed 1 holders and 0 waiters"), "{out}");
+        assert!(out.contains("removed 1 holder and 0 waiters"), "{out}");
         assert!(client.inspect("nightly").await.unwrap().kind.is_none());
 
         let (ok, out) = run(vec!["inspect", "nightly"], "").await;
@@ -71,4 +80,125 @@ async fn inspect_shows_the_holder_and_force_unlock_asks_first() {
         drop(guard);
     })
     .await;
+}
+
+#[test]
+fn bench_refuses_a_hand_off_hold_below_2_ms() {
+    let (ok, out) = tool(&["bench", "--quick", "--handoff-hold-ms", "1"], &[], "");
+    assert!(!ok, "{out}");
+    assert!(out.contains("2 or more"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
+}
+
+#[test]
+fn bench_without_redis_server_is_a_clear_error() {
+    let missing = std::env::temp_dir().join("redlatch-no-such-dir/redis-server");
+    let missing = missing.to_str().expect("a UTF-8 temporary directory");
+    let (ok, out) = tool(
+        &["bench", "--quick"],
+        &[("REDLATCH_REDIS_SERVER", missing)],
+        "",
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("cannot run") && out.contains("Install Redis"),
+        "{out}"
+    );
+    assert!(!out.contains("panicked"), "{out}");
+}
+
+/// The keys whose names start with `prefix` (for a glob-safe test prefix).
+async fn keys_starting(redis: &TestRedis, prefix: &str) -> Vec<String> {
+    let mut conn = redis.conn().await;
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+/// The quick benchmark against a given server: the note on stderr, the JSON's shape, and
+/// nothing left behind. About 20 s.
+#[tokio::test]
+async fn quick_bench_writes_its_json_and_leaves_no_keys() {
+    let redis = TestRedis::new();
+    let out_dir = std::env::temp_dir().join(support::unique("redlatch-bench-test"));
+    within(Duration::from_secs(180), async {
+        let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
+        let dir = out_dir
+            .to_str()
+            .expect("a UTF-8 temporary directory")
+            .to_owned();
+        let (ok, out) = tokio::task::spawn_blocking(move || {
+            redlatch(&url, &prefix, &["bench", "--quick", "--out", &dir], "")
+        })
+        .await
+        .unwrap();
+        assert!(ok, "{out}");
+        assert!(out.contains("running against the given server"), "{out}");
+        let text = std::fs::read_to_string(out_dir.join("contention.json")).unwrap();
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for key in [
+            "mode",
+            "repetitions",
+            "seconds",
+            "server",
+            "raw_cycles_per_s",
+            "raw_tasks",
+            "steal_pct",
+            "machine",
+            "records",
+        ] {
+            assert!(report.get(key).is_some(), "no `{key}` in {report}");
+        }
+        assert_eq!(report["mode"], "quick");
+        assert_eq!(report["server"], "given");
+        assert!(report["raw_cycles_per_s"].as_f64().unwrap() > 0.0);
+        let records = report["records"].as_array().unwrap();
+        assert!(!records.is_empty());
+        for r in records {
+            assert!(r["scenario"].is_string(), "{r}");
+            assert!(r["library"].is_string(), "{r}");
+            assert!(r["tasks"].is_u64(), "{r}");
+            assert!(r["ops_per_s"].is_number(), "{r}");
+        }
+        let of = |scenario: &'static str| records.iter().filter(move |r| r["scenario"] == scenario);
+        let raw_tasks: Vec<u64> = of("raw").map(|r| r["tasks"].as_u64().unwrap()).collect();
+        assert!(of("uncontended").count() > 0);
+        for r in of("uncontended") {
+            // Compared with the raw scripts at the same task count only.
+            assert!(raw_tasks.contains(&r["tasks"].as_u64().unwrap()), "{r}");
+            assert!(r["of_raw"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        assert!(of("handoff").count() > 0);
+        for r in of("handoff") {
+            assert!(r["samples"].as_u64().unwrap() > 0, "{r}");
+        }
+        let watchdog: Vec<_> = of("watchdog").collect();
+        assert_eq!(watchdog.len(), 1);
+        assert!(watchdog[0]["lease_ms"].as_f64().unwrap() > 0.0);
+        for scenario in ["contended", "contended-1ms"] {
+            for r in of(scenario) {
+                assert!(r["max_wait_ms"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+        // Everything the run wrote is gone.
+        let left = keys_starting(&redis, &format!("{}-", redis.prefix)).await;
+        assert!(left.is_empty(), "left behind: {left:?}");
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&out_dir);
 }

@@ -18,15 +18,35 @@ fn binary() -> String {
 
 /// The server `url` names, or, without one, a server of our own: what the examples, the
 /// benchmarks and the command-line tool run against. Keep the server alive while the URL is used.
-pub fn named_or_own(url: Option<String>) -> (Option<RedisServer>, String) {
+///
+/// # Errors
+///
+/// Why no server of our own could be started (redis-server missing, or not answering), with an
+/// install hint.
+pub fn try_named_or_own(url: Option<String>) -> Result<(Option<RedisServer>, String), String> {
     match url.filter(|u| !u.is_empty()) {
-        Some(url) => (None, url),
+        Some(url) => Ok((None, url)),
         None => {
-            let server = RedisServer::start();
+            let server = RedisServer::try_start()?;
             let url = server.url();
-            (Some(server), url)
+            Ok((Some(server), url))
         }
     }
+}
+
+/// [`try_named_or_own`] for programs that do not handle the failure: it is printed on stderr
+/// and the process exits with status 1 (no panic).
+pub fn named_or_own(url: Option<String>) -> (Option<RedisServer>, String) {
+    try_named_or_own(url).unwrap_or_else(|err| {
+        eprintln!("{err}");
+        std::process::exit(1)
+    })
+}
+
+/// Why a start attempt failed: for good (the binary cannot be run), or on this port only.
+enum SpawnError {
+    Fatal(String),
+    Port(String),
 }
 
 /// A redis-server child process owned by the caller.
@@ -46,13 +66,24 @@ impl RedisServer {
     }
 
     /// Starts a server with extra command-line arguments (`["--maxmemory", "1mb"]`, ...).
+    /// Panics, with an install hint, if redis-server cannot be run.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::try_start_with(extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`start`](Self::start) that returns the failure instead of panicking.
+    pub fn try_start() -> Result<Self, String> {
+        Self::try_start_with(&[])
+    }
+
+    /// [`start_with`](Self::start_with) that returns the failure (redis-server missing or not
+    /// answering, with an install hint) instead of panicking.
+    pub fn try_start_with(extra: &[&str]) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "redlatch-redis-{}-{}",
             std::process::id(),
             uuid_like()
         ));
-        std::fs::create_dir_all(&dir).expect("create a temporary directory for redis-server");
         let mut last_error = String::new();
         for _ in 0..10 {
             let port = free_port();
@@ -63,14 +94,24 @@ impl RedisServer {
                 extra: extra.iter().map(|s| s.to_string()).collect(),
             };
             match server.spawn() {
-                Ok(()) => return server,
-                Err(e) => last_error = e,
+                Ok(()) => return Ok(server),
+                // Dropping `server` removes the directory (`spawn` makes it again).
+                Err(SpawnError::Fatal(e)) => return Err(e),
+                Err(SpawnError::Port(e)) => last_error = e,
             }
         }
-        panic!("redis-server did not start after 10 ports: {last_error}");
+        Err(format!(
+            "redis-server did not start after 10 ports: {last_error}"
+        ))
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
+    fn spawn(&mut self) -> Result<(), SpawnError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| {
+            SpawnError::Fatal(format!(
+                "cannot create {} for redis-server: {e}",
+                self.dir.display()
+            ))
+        })?;
         let log = self.dir.join("redis.log");
         let child = Command::new(binary())
             .args(["--port", &self.port.to_string()])
@@ -85,14 +126,14 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
+            .map_err(|e| {
+                SpawnError::Fatal(format!(
                     "cannot run `{}` ({e}). Install Redis first: `apt-get install -y redis-server` \
-                     (Debian/Ubuntu) or `brew install redis`, or set REDIS_URL to a server to use, \
-                     or REDLATCH_REDIS_SERVER to the binary.",
+                     (Debian/Ubuntu) or `brew install redis`, or set REDIS_URL (`redlatch`: --url) to a server \
+                     to use, or REDLATCH_REDIS_SERVER to the binary.",
                     binary()
-                )
-            });
+                ))
+            })?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -101,7 +142,9 @@ impl RedisServer {
             {
                 self.child = None;
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("redis-server exited with {status}: {log}"));
+                return Err(SpawnError::Port(format!(
+                    "redis-server exited with {status}: {log}"
+                )));
             }
             if ping(self.port) {
                 return Ok(());
@@ -109,10 +152,10 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.kill();
-        Err(format!(
+        Err(SpawnError::Port(format!(
             "redis-server on port {} did not answer PING",
             self.port
-        ))
+        )))
     }
 
     /// The server's port.

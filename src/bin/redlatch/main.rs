@@ -15,7 +15,8 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use redlatch::LockClient;
 
 #[derive(Parser, Debug)]
@@ -45,8 +46,8 @@ enum Command {
         /// Where to write the JSON and the chart.
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
-        /// In the hand-off scenario the holder holds 1 ms to this many ms (at random).
-        #[arg(long, default_value_t = 5)]
+        /// In the hand-off scenario the holder holds 1 ms to this many ms (at random); 2 or more.
+        #[arg(long, default_value_t = 5, value_parser = parse_hold_ms)]
         handoff_hold_ms: u64,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
@@ -68,10 +69,35 @@ enum Command {
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// `--handoff-hold-ms`: a whole number of ms, at least 2 (holds are drawn from 1 ms up to it).
+fn parse_hold_ms(value: &str) -> Result<u64, String> {
+    let ms: u64 = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a whole number of milliseconds"))?;
+    if ms < 2 {
+        return Err(format!(
+            "{ms} ms is too short: holds are drawn from 1 ms up to (not including) this value, \
+             so it must be 2 or more"
+        ));
+    }
+    Ok(ms)
+}
+
+/// `n` and `word`, with an `s` unless `n` is 1.
+fn count(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli).await {
+    let matches = Cli::command().get_matches();
+    let url_from_env = matches.value_source("url") == Some(ValueSource::EnvVariable);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli, url_from_env).await {
         Ok(code) => code,
         Err(err) => {
             eprintln!("redlatch: {err}");
@@ -90,14 +116,22 @@ fn client(url: Option<&str>, prefix: &str) -> AnyResult<LockClient> {
     bench::redlatch_client(url, prefix)
 }
 
-async fn run(cli: Cli) -> AnyResult<ExitCode> {
+async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
     match cli.command {
         Command::Bench {
             quick,
             out,
             handoff_hold_ms,
         } => {
-            let (_server, url) = server::named_or_own(cli.url.clone());
+            let (server, url) = server::try_named_or_own(cli.url.clone())?;
+            let own_server = server.is_some();
+            if !own_server {
+                let source = if url_from_env { "REDIS_URL" } else { "--url" };
+                eprintln!(
+                    "{}",
+                    bench::given_server_note("redlatch bench", &url, source)
+                );
+            }
             let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
             let plan = bench::Plan::new(quick, handoff_hold_ms);
             let entries = bench::redlatch_entries(&url, &prefix);
@@ -108,8 +142,10 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
                 entries,
                 contended: vec!["redlatch-mutex", "redlatch-fair"],
                 out_dir: out,
+                own_server,
             };
             bench.run().await?;
+            drop(server);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { name } => {
@@ -131,8 +167,9 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
             }
             let removed = client.force_unlock(&name).await?;
             println!(
-                "{name}: removed {} holders and {} waiters; holders see their guards lost at their next renewal",
-                removed.holders, removed.waiters
+                "{name}: removed {} and {}; holders see their guards lost at their next renewal",
+                count(removed.holders.into(), "holder"),
+                count(removed.waiters.into(), "waiter")
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -46,7 +46,9 @@ pub const LUA: &[&str] = &[
     include_str!("../../../lua/v1/force_unlock.lua"),
 ];
 
-/// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second.
+/// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
+/// that finished before the stop moment count: those still in flight then are let finish (and
+/// their errors reported) but not counted.
 pub async fn loop_tasks<F>(tasks: usize, phase: Duration, cycle: F) -> AnyResult<f64>
 where
     F: Fn(usize) -> BoxFut<'static, AnyResult<()>> + Send + Sync + 'static,
@@ -68,15 +70,61 @@ where
     }
     tokio::time::sleep(phase).await;
     stop.store(true, Ordering::Relaxed);
+    let counted = count.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
     for h in handles {
         h.await??;
     }
-    Ok(count.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64())
+    Ok(counted as f64 / elapsed.as_secs_f64())
 }
 
-/// The physical reference: redlatch's mutex scripts by EVALSHA over a connection of a pool,
-/// `tasks` tasks on distinct names, with no library logic at all.
+/// When each of a set of tasks asked for a lock it does not have yet, so that the longest wait
+/// also counts tasks still blocked when a measurement window ends.
+#[derive(Debug)]
+pub struct Waits {
+    base: Instant,
+    /// Per task: µs from `base` to the moment it asked, plus one; 0 while it is not waiting.
+    asked: Vec<AtomicU64>,
+}
+
+impl Waits {
+    pub fn new(tasks: usize) -> Self {
+        Self {
+            base: Instant::now(),
+            asked: (0..tasks).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// `task` asks now; returns the moment.
+    pub fn asking(&self, task: usize) -> Instant {
+        let now = Instant::now();
+        let micros = now.duration_since(self.base).as_micros() as u64;
+        self.asked[task].store(micros + 1, Ordering::SeqCst);
+        now
+    }
+
+    /// `task` got what it asked for.
+    pub fn got(&self, task: usize) {
+        self.asked[task].store(0, Ordering::SeqCst);
+    }
+
+    /// The longest wait of the tasks still waiting at `at` (zero if none is).
+    pub fn still_waiting_at(&self, at: Instant) -> Duration {
+        self.asked
+            .iter()
+            .filter_map(|a| match a.load(Ordering::SeqCst) {
+                0 => None,
+                micros => Some(self.base + Duration::from_micros(micros - 1)),
+            })
+            .map(|asked| at.saturating_duration_since(asked))
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// The physical reference: redlatch's mutex scripts by EVALSHA, `tasks` tasks on distinct
+/// names sharing one multiplexed connection (from a pool of its own, not the library's), with
+/// no library logic at all.
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     static ACQUIRE: std::sync::LazyLock<redis::Script> =
         std::sync::LazyLock::new(|| redis::Script::new(LUA[0]));
@@ -143,7 +191,7 @@ pub fn requests(
     after
         .iter()
         .filter(|(name, _)| name.as_str() != "info" && !inside.iter().any(|i| i == *name))
-        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .map(|(name, calls)| calls.saturating_sub(before.get(name).copied().unwrap_or(0)))
         .sum()
 }
 
@@ -170,14 +218,71 @@ pub fn process_cpu() -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-/// Deletes every key under `prefix`.
+/// `text` with the glob characters of Redis patterns (`*?[]\`) escaped, for `MATCH`.
+pub fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Deletes every key in the namespace `prefix`: the keys named `{prefix}:...`, found with
+/// `SCAN` (never `KEYS`, which blocks the server), so another process's prefix that merely
+/// starts the same is left alone.
 pub async fn cleanup(conn: &mut MultiplexedConnection, prefix: &str) -> AnyResult<()> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(conn)
-        .await?;
+    let pattern = format!("{}:*", glob_escape(prefix));
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort_unstable();
+    keys.dedup();
     for chunk in keys.chunks(1000) {
         let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
     }
     Ok(())
+}
+
+/// A one-line note for stderr when a tool runs against a server it was given rather than one
+/// of its own (`source`: where the URL came from). A password in the URL is not shown.
+pub fn given_server_note(tool: &str, url: &str, source: &str) -> String {
+    format!(
+        "{tool}: running against the given server {} (from {source}), not a server of its own",
+        redact(url)
+    )
+}
+
+/// `url` with the password (if any) replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let host = &rest[at + 1..];
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        // `redis://password@host` is how some clients give a password alone.
+        None if at > 0 => format!("{scheme}://***@{host}"),
+        None => url.to_owned(),
+    }
 }
