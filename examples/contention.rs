@@ -28,7 +28,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 
-use measure::{AnyResult, Waits, commandstats, cpu_steal, loop_tasks, requests};
+use measure::{
+    AnyResult, BoxFut, Contend, ContendedRun, commandstats, contended_run, cpu_steal, loop_tasks,
+    requests,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "redlatch under contention: oversell demo and lock figures")]
@@ -371,14 +374,6 @@ async fn handoff(a: &LockClient, b: &LockClient, samples: u64) -> AnyResult<Hist
     Ok(h)
 }
 
-struct Contended {
-    per_s: f64,
-    requests_per_acq: f64,
-    retake_share: f64,
-    max_wait: Duration,
-    jain: f64,
-}
-
 /// The two mutexes, for the runs that compare them.
 #[derive(Clone)]
 enum AnyMutex {
@@ -407,83 +402,33 @@ impl AnyMutex {
 /// wake-up subscription is set up, which is not the steady state the figures describe.
 const WARM_UP: Duration = Duration::from_millis(300);
 
+impl Contend for AnyMutex {
+    type Guard = redlatch::MutexGuard;
+
+    fn take(&self) -> BoxFut<'_, AnyResult<redlatch::MutexGuard>> {
+        Box::pin(async move { Ok(self.lock().await?) })
+    }
+
+    fn give_back(guard: redlatch::MutexGuard) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(guard.unlock().await?) })
+    }
+}
+
 /// `tasks` tasks of one client looping lock/unlock on one name with an empty critical section,
-/// measured for `phase` after a [`WARM_UP`]. The longest wait also counts the tasks still
-/// waiting when the phase ends (their wait so far).
+/// measured for `phase` after a [`WARM_UP`] ([`contended_run`]).
 async fn contended(
     client: &LockClient,
     conn: &mut MultiplexedConnection,
     fair: bool,
     tasks: usize,
     phase: Duration,
-) -> AnyResult<Contended> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let measuring = Arc::new(AtomicBool::new(false));
-    let last = Arc::new(std::sync::Mutex::new(usize::MAX));
-    let retakes = Arc::new(AtomicU64::new(0));
-    let waits = Arc::new(Waits::new(tasks));
-    let mut handles = Vec::new();
-    for id in 0..tasks {
-        let mutex = AnyMutex::new(
-            client,
-            fair,
-            if fair { "contended-fair" } else { "contended" },
-        )?;
-        let (stop, measuring, last, retakes, waits) = (
-            Arc::clone(&stop),
-            Arc::clone(&measuring),
-            Arc::clone(&last),
-            Arc::clone(&retakes),
-            Arc::clone(&waits),
-        );
-        handles.push(tokio::spawn(async move {
-            let (mut count, mut max_wait) = (0u64, Duration::ZERO);
-            while !stop.load(Ordering::Relaxed) {
-                let asked = waits.asking(id);
-                let guard = mutex.lock().await?;
-                waits.got(id);
-                if measuring.load(Ordering::SeqCst) {
-                    max_wait = max_wait.max(asked.elapsed());
-                    count += 1;
-                    let mut last = last.lock().map_err(|_| "poisoned")?;
-                    if *last == id {
-                        retakes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    *last = id;
-                }
-                guard.unlock().await?;
-            }
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((count, max_wait))
-        }));
-    }
-    tokio::time::sleep(WARM_UP).await;
-    let before = commandstats(conn).await?;
-    measuring.store(true, Ordering::SeqCst);
-    let started = Instant::now();
-    tokio::time::sleep(phase).await;
-    // Tasks still waiting at the stop count with their wait so far; one that gets the lock
-    // between this look and the end of `measuring` counts its whole wait itself.
-    let stopped = Instant::now();
-    let mut max_wait = waits.still_waiting_at(stopped);
-    measuring.store(false, Ordering::SeqCst);
-    let elapsed = stopped - started;
-    let after = commandstats(conn).await?;
-    stop.store(true, Ordering::Relaxed);
-    let mut counts = Vec::new();
-    for h in handles {
-        let (count, wait) = h.await??;
-        counts.push(count as f64);
-        max_wait = max_wait.max(wait);
-    }
-    let total: f64 = counts.iter().sum();
-    let squares: f64 = counts.iter().map(|c| c * c).sum();
-    Ok(Contended {
-        per_s: total / elapsed.as_secs_f64(),
-        requests_per_acq: client_requests(&before, &after) as f64 / total.max(1.0),
-        retake_share: retakes.load(Ordering::Relaxed) as f64 / total.max(1.0),
-        max_wait,
-        jain: total * total / (counts.len() as f64 * squares.max(1.0)),
-    })
+) -> AnyResult<ContendedRun> {
+    let name = if fair { "contended-fair" } else { "contended" };
+    let contenders = (0..tasks)
+        .map(|_| AnyMutex::new(client, fair, name))
+        .collect::<AnyResult<Vec<_>>>()?;
+    let inside = measure::script_commands(measure::LUA);
+    contended_run(conn, contenders, Duration::ZERO, WARM_UP, phase, &inside).await
 }
 
 /// Eight tasks over two clients queue on a held `FairMutex` one after another; returns the

@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 #[path = "measure.rs"]
 mod measure;
 pub use measure::{
-    AnyResult, BoxFut, LUA, Waits, cleanup, commandstats, cpu_steal, given_server_note, loop_tasks,
-    process_cpu, raw_cycles, requests, script_commands,
+    AnyResult, BoxFut, Contend, LUA, cleanup, commandstats, contended_run, cpu_steal,
+    given_server_note, loop_tasks, process_cpu, raw_cycles, requests, script_commands,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -679,9 +679,21 @@ async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
     })
 }
 
-/// `tasks` tasks of one client looping on one name, measured for a phase after a warm-up.
-/// The longest wait counts the acquisitions of the window and, at its end, the tasks still
-/// waiting then (their wait so far).
+/// A bench contender in a contended run.
+impl Contend for Box<dyn Contender> {
+    type Guard = Box<dyn Hold>;
+
+    fn take(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        self.lock()
+    }
+
+    fn give_back(guard: Box<dyn Hold>) -> BoxFut<'static, AnyResult<()>> {
+        guard.release()
+    }
+}
+
+/// `tasks` tasks of one client looping on one name, measured for a phase after a warm-up
+/// ([`contended_run`]).
 async fn contended(
     entry: &Entry,
     conn: &mut MultiplexedConnection,
@@ -691,66 +703,20 @@ async fn contended(
 ) -> AnyResult<Record> {
     let lib = (entry.connect)().await?;
     let name = format!("c{}", fastrand::u32(..));
-    let stop = Arc::new(AtomicBool::new(false));
-    let measuring = Arc::new(AtomicBool::new(false));
-    let last = Arc::new(std::sync::Mutex::new(usize::MAX));
-    let retakes = Arc::new(AtomicU64::new(0));
-    let waits = Arc::new(Waits::new(tasks));
-    let mut handles = Vec::new();
-    for id in 0..tasks {
-        let contender = lib.contender(&name, None).await?;
-        let (stop, measuring, last, retakes, waits) = (
-            Arc::clone(&stop),
-            Arc::clone(&measuring),
-            Arc::clone(&last),
-            Arc::clone(&retakes),
-            Arc::clone(&waits),
-        );
-        handles.push(tokio::spawn(async move {
-            let (mut count, mut max_wait) = (0u64, Duration::ZERO);
-            while !stop.load(Ordering::Relaxed) {
-                let asked = waits.asking(id);
-                let hold = contender.lock().await?;
-                waits.got(id);
-                if measuring.load(Ordering::SeqCst) {
-                    max_wait = max_wait.max(asked.elapsed());
-                    count += 1;
-                    let mut last = last.lock().map_err(|_| "poisoned")?;
-                    if *last == id {
-                        retakes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    *last = id;
-                }
-                if !critical.is_zero() {
-                    tokio::time::sleep(critical).await;
-                }
-                hold.release().await?;
-            }
-            Ok::<_, Box<dyn Error + Send + Sync>>((count, max_wait))
-        }));
+    let mut contenders = Vec::new();
+    for _ in 0..tasks {
+        contenders.push(lib.contender(&name, None).await?);
     }
-    tokio::time::sleep(plan.warm_up).await;
-    let before = commandstats(conn).await?;
-    measuring.store(true, Ordering::SeqCst);
-    let started = Instant::now();
-    tokio::time::sleep(plan.phase).await;
-    // Tasks still waiting at the stop count with their wait so far; one that gets the lock
-    // between this look and the end of `measuring` counts its whole wait itself.
-    let stopped = Instant::now();
-    let mut max_wait = waits.still_waiting_at(stopped);
-    measuring.store(false, Ordering::SeqCst);
-    let elapsed = stopped - started;
-    let after = commandstats(conn).await?;
-    stop.store(true, Ordering::Relaxed);
-    let mut counts = Vec::new();
-    for h in handles {
-        let (count, wait) = h.await??;
-        counts.push(count as f64);
-        max_wait = max_wait.max(wait);
-    }
+    let run = contended_run(
+        conn,
+        contenders,
+        critical,
+        plan.warm_up,
+        plan.phase,
+        &entry.script_commands,
+    )
+    .await?;
     drop(lib);
-    let total: f64 = counts.iter().sum();
-    let squares: f64 = counts.iter().map(|c| c * c).sum();
     Ok(Record {
         scenario: if critical.is_zero() {
             "contended"
@@ -759,13 +725,11 @@ async fn contended(
         },
         library: entry.name,
         tasks,
-        ops_per_s: total / elapsed.as_secs_f64(),
-        max_wait_ms: Some(max_wait.as_secs_f64() * 1000.0),
-        jain: Some(total * total / (counts.len() as f64 * squares.max(1.0))),
-        requests_per_acq: Some(
-            requests(&before, &after, &entry.script_commands) as f64 / total.max(1.0),
-        ),
-        retake_share: Some(retakes.load(Ordering::Relaxed) as f64 / total.max(1.0)),
+        ops_per_s: run.per_s,
+        max_wait_ms: Some(run.max_wait.as_secs_f64() * 1000.0),
+        jain: Some(run.jain),
+        requests_per_acq: Some(run.requests_per_acq),
+        retake_share: Some(run.retake_share),
         critical_section_ms: Some(critical.as_secs_f64() * 1000.0),
         ..Record::default()
     })

@@ -286,3 +286,101 @@ pub fn redact(url: &str) -> String {
         None => url.to_owned(),
     }
 }
+
+/// One task's hold on the lock of a contended run: how to take it and give it back.
+pub trait Contend: Send + Sync + 'static {
+    type Guard: Send + 'static;
+    /// Waits for the lock as the library waits by default.
+    fn take(&self) -> BoxFut<'_, AnyResult<Self::Guard>>;
+    /// Gives it back and waits for the answer.
+    fn give_back(guard: Self::Guard) -> BoxFut<'static, AnyResult<()>>;
+}
+
+/// What a contended run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct ContendedRun {
+    pub per_s: f64,
+    pub requests_per_acq: f64,
+    pub retake_share: f64,
+    pub max_wait: Duration,
+    pub jain: f64,
+}
+
+/// One task per contender looping on one lock (holding it for `critical`, if not zero),
+/// measured for `phase` after `warm_up`. Requests are the client commands over the window,
+/// leaving out `script_commands`. The longest wait counts the acquisitions of the window and,
+/// at its end, the tasks still waiting then (their wait so far).
+pub async fn contended_run<C: Contend>(
+    conn: &mut MultiplexedConnection,
+    contenders: Vec<C>,
+    critical: Duration,
+    warm_up: Duration,
+    phase: Duration,
+    script_commands: &[String],
+) -> AnyResult<ContendedRun> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(std::sync::Mutex::new(usize::MAX));
+    let retakes = Arc::new(AtomicU64::new(0));
+    let waits = Arc::new(Waits::new(contenders.len()));
+    let mut handles = Vec::new();
+    for (id, contender) in contenders.into_iter().enumerate() {
+        let (stop, measuring, last, retakes, waits) = (
+            Arc::clone(&stop),
+            Arc::clone(&measuring),
+            Arc::clone(&last),
+            Arc::clone(&retakes),
+            Arc::clone(&waits),
+        );
+        handles.push(tokio::spawn(async move {
+            let (mut count, mut max_wait) = (0u64, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let asked = waits.asking(id);
+                let guard = contender.take().await?;
+                waits.got(id);
+                if measuring.load(Ordering::SeqCst) {
+                    max_wait = max_wait.max(asked.elapsed());
+                    count += 1;
+                    let mut last = last.lock().map_err(|_| "poisoned")?;
+                    if *last == id {
+                        retakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *last = id;
+                }
+                if !critical.is_zero() {
+                    tokio::time::sleep(critical).await;
+                }
+                C::give_back(guard).await?;
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>((count, max_wait))
+        }));
+    }
+    tokio::time::sleep(warm_up).await;
+    let before = commandstats(conn).await?;
+    measuring.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    tokio::time::sleep(phase).await;
+    // Tasks still waiting at the stop count with their wait so far; one that gets the lock
+    // between this look and the end of `measuring` counts its whole wait itself.
+    let stopped = Instant::now();
+    let mut max_wait = waits.still_waiting_at(stopped);
+    measuring.store(false, Ordering::SeqCst);
+    let elapsed = stopped - started;
+    let after = commandstats(conn).await?;
+    stop.store(true, Ordering::Relaxed);
+    let mut counts = Vec::new();
+    for h in handles {
+        let (count, wait) = h.await??;
+        counts.push(count as f64);
+        max_wait = max_wait.max(wait);
+    }
+    let total: f64 = counts.iter().sum();
+    let squares: f64 = counts.iter().map(|c| c * c).sum();
+    Ok(ContendedRun {
+        per_s: total / elapsed.as_secs_f64(),
+        requests_per_acq: requests(&before, &after, script_commands) as f64 / total.max(1.0),
+        retake_share: retakes.load(Ordering::Relaxed) as f64 / total.max(1.0),
+        max_wait,
+        jain: total * total / (counts.len() as f64 * squares.max(1.0)),
+    })
+}
