@@ -29,8 +29,8 @@ use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 
 use measure::{
-    AnyResult, BoxFut, Contend, ContendedRun, commandstats, contended_run, cpu_steal, loop_tasks,
-    requests,
+    AnyResult, BoxFut, Contend, ContendedRun, commandstats, contended_run, cpu_steal, handoff_run,
+    loop_tasks, requests,
 };
 
 #[derive(Parser, Debug)]
@@ -312,66 +312,16 @@ async fn cycles(client: &LockClient, phase: Duration) -> AnyResult<f64> {
     .await
 }
 
-/// One holder and one waiter, in two clients, taking turns. The holder waits until the other
-/// task is inside `lock()`, holds a few random milliseconds more, and releases; the sample is
-/// the time from the start of its `unlock()` to the waiter's `lock()` returning. The releaser
-/// calls `lock()` again only after the other task has the lock, so every sample is a hand-off
-/// to a different, already blocked task.
+/// One holder and one waiter, in two clients, taking turns ([`handoff_run`]): the holder
+/// holds 1 to 5 ms once the waiter is inside `lock()`; a sample is the time from the start of
+/// its `unlock()` to the waiter's `lock()` returning.
 async fn handoff(a: &LockClient, b: &LockClient, samples: u64) -> AnyResult<Histogram<u64>> {
-    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3)?));
-    let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
-    let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
-    let done = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for (id, client) in [a, b].into_iter().enumerate() {
-        let mutex = client.mutex("handoff")?;
-        let (hist, waiting, released, done) = (
-            Arc::clone(&hist),
-            Arc::clone(&waiting),
-            Arc::clone(&released),
-            Arc::clone(&done),
-        );
-        tasks.push(tokio::spawn(async move {
-            loop {
-                waiting[id].store(true, Ordering::SeqCst);
-                let guard = mutex.lock().await?;
-                let acquired = Instant::now();
-                waiting[id].store(false, Ordering::SeqCst);
-                let previous = released.lock().map_err(|_| "poisoned")?.take();
-                if let Some((by, at)) = previous
-                    && by != id
-                {
-                    let mut h = hist.lock().map_err(|_| "poisoned")?;
-                    h.record((acquired - at).as_micros() as u64)?;
-                    if h.len() >= samples {
-                        done.store(true, Ordering::SeqCst);
-                    }
-                }
-                if done.load(Ordering::SeqCst) {
-                    guard.unlock().await?;
-                    return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(());
-                }
-                while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_micros(200)).await;
-                }
-                tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..5_000))).await;
-                *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
-                guard.unlock().await?;
-                // Queue again only once the other task has the lock: each round is one holder
-                // and one waiter already blocked.
-                while released.lock().map_err(|_| "poisoned")?.is_some()
-                    && !done.load(Ordering::SeqCst)
-                {
-                    tokio::time::sleep(Duration::from_micros(100)).await;
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let h = hist.lock().map_err(|_| "poisoned")?.clone();
-    Ok(h)
+    let contenders = [
+        AnyMutex::new(a, false, "handoff")?,
+        AnyMutex::new(b, false, "handoff")?,
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    handoff_run(contenders, samples, 1_000..5_000, deadline).await
 }
 
 /// The two mutexes, for the runs that compare them.

@@ -14,11 +14,10 @@
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use deadpool_redis::{Config, Runtime};
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
@@ -28,7 +27,7 @@ use serde_json::{Value, json};
 mod measure;
 pub use measure::{
     AnyResult, BoxFut, Contend, LUA, cleanup, commandstats, contended_run, cpu_steal,
-    given_server_note, loop_tasks, process_cpu, raw_cycles, requests, script_commands,
+    given_server_note, handoff_run, loop_tasks, process_cpu, raw_cycles, requests, script_commands,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -604,64 +603,17 @@ async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) -> AnyResult<
 /// cycle instead, at the price of longer idle gaps, which on a virtual machine make every
 /// wake-up slower.
 async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
-    let (samples, limit) = (plan.handoff_samples, plan.handoff_limit);
     let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
     let name = format!("h{}", fastrand::u32(..));
-    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3)?));
-    let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
-    let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
-    let done = Arc::new(AtomicBool::new(false));
-    let deadline = Instant::now() + limit;
-    let mut tasks = Vec::new();
-    for id in 0..2 {
-        let lib = (entry.connect)().await?;
-        let contender = lib.contender(&name, None).await?;
-        let (hist, waiting, released, done, hold_us) = (
-            Arc::clone(&hist),
-            Arc::clone(&waiting),
-            Arc::clone(&released),
-            Arc::clone(&done),
-            hold_us.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let _lib = lib;
-            loop {
-                waiting[id].store(true, Ordering::SeqCst);
-                let hold = contender.lock().await?;
-                let acquired = Instant::now();
-                waiting[id].store(false, Ordering::SeqCst);
-                let previous = released.lock().map_err(|_| "poisoned")?.take();
-                if let Some((by, at)) = previous
-                    && by != id
-                {
-                    let mut h = hist.lock().map_err(|_| "poisoned")?;
-                    h.record((acquired - at).as_micros() as u64)?;
-                    if h.len() >= samples || Instant::now() >= deadline {
-                        done.store(true, Ordering::SeqCst);
-                    }
-                }
-                if done.load(Ordering::SeqCst) {
-                    hold.release().await?;
-                    return Ok::<_, Box<dyn Error + Send + Sync>>(());
-                }
-                while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_micros(200)).await;
-                }
-                tokio::time::sleep(Duration::from_micros(fastrand::u64(hold_us.clone()))).await;
-                *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
-                hold.release().await?;
-                while released.lock().map_err(|_| "poisoned")?.is_some()
-                    && !done.load(Ordering::SeqCst)
-                {
-                    tokio::time::sleep(Duration::from_micros(100)).await;
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let h = hist.lock().map_err(|_| "poisoned")?.clone();
+    // Two clients: stand-ins for two processes, kept until the run ends.
+    let (a, b) = ((entry.connect)().await?, (entry.connect)().await?);
+    let contenders = [
+        a.contender(&name, None).await?,
+        b.contender(&name, None).await?,
+    ];
+    let deadline = Instant::now() + plan.handoff_limit;
+    let h = handoff_run(contenders, plan.handoff_samples, hold_us, deadline).await?;
+    drop((a, b));
     let mean_s = h.mean() / 1e6;
     Ok(Record {
         scenario: "handoff",

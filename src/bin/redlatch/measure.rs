@@ -384,3 +384,71 @@ pub async fn contended_run<C: Contend>(
         jain: total * total / (counts.len() as f64 * squares.max(1.0)),
     })
 }
+
+/// Hand-offs between two tasks taking turns on one lock, each with its own contender (in its
+/// own client). The holder waits until the other task is inside its acquire call, holds a
+/// random `hold_us` more, and releases; a sample is the time from the start of the release to
+/// the waiter's acquire returning. The releaser asks again only after the other task has the
+/// lock, so every sample is a hand-off to a different task that was already blocked. Ends at
+/// `samples` samples, or at `deadline` with what it has.
+pub async fn handoff_run<C: Contend>(
+    contenders: [C; 2],
+    samples: u64,
+    hold_us: std::ops::Range<u64>,
+    deadline: Instant,
+) -> AnyResult<hdrhistogram::Histogram<u64>> {
+    let hist = Arc::new(std::sync::Mutex::new(hdrhistogram::Histogram::<u64>::new(
+        3,
+    )?));
+    let waiting = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (id, contender) in contenders.into_iter().enumerate() {
+        let (hist, waiting, released, done, hold_us) = (
+            Arc::clone(&hist),
+            Arc::clone(&waiting),
+            Arc::clone(&released),
+            Arc::clone(&done),
+            hold_us.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                waiting[id].store(true, Ordering::SeqCst);
+                let guard = contender.take().await?;
+                let acquired = Instant::now();
+                waiting[id].store(false, Ordering::SeqCst);
+                let previous = released.lock().map_err(|_| "poisoned")?.take();
+                if let Some((by, at)) = previous
+                    && by != id
+                {
+                    let mut h = hist.lock().map_err(|_| "poisoned")?;
+                    h.record((acquired - at).as_micros() as u64)?;
+                    if h.len() >= samples || Instant::now() >= deadline {
+                        done.store(true, Ordering::SeqCst);
+                    }
+                }
+                if done.load(Ordering::SeqCst) {
+                    C::give_back(guard).await?;
+                    return Ok::<_, Box<dyn Error + Send + Sync>>(());
+                }
+                while !waiting[1 - id].load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(hold_us.clone()))).await;
+                *released.lock().map_err(|_| "poisoned")? = Some((id, Instant::now()));
+                C::give_back(guard).await?;
+                while released.lock().map_err(|_| "poisoned")?.is_some()
+                    && !done.load(Ordering::SeqCst)
+                {
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let h = hist.lock().map_err(|_| "poisoned")?.clone();
+    Ok(h)
+}
