@@ -184,9 +184,9 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "e0c64cec1a51498341ad6ca9c020ba7e9cd9dbe7"),
-            (&*QUEUE_RELEASE, "90aaa31c181fcaa8ac5865ad8a362a58cfa4a630"),
-            (&*QUEUE_EXTEND, "c9cd5250537f1f66d21bf54072612cb46b1c82f8"),
+            (&*QUEUE_ACQUIRE, "e8150f357d9494e2470fe2666ccfe05c7868b108"),
+            (&*QUEUE_RELEASE, "12e8565f4a7f87a117e28a5b42eda671916684bf"),
+            (&*QUEUE_EXTEND, "de5d8bfe4b159371506efc35ad38a3f6af46ad5f"),
             (&*INSPECT, "2f8be4c55a7e6f8bb3434d600a7dcfa7581fd4f3"),
             (&*FORCE_UNLOCK, "35b829473748982c418bd34f02b9593f8287c7a5"),
         ];

@@ -278,10 +278,11 @@ end
 
 -- Hands the lock over: the waiters at the head of the queue that fit now (as many as the free
 -- permits cover, every reader up to the first writer, or one exclusive waiter) get their hold
--- here, leave the queue, and are told in one message of space-separated `client/owner:fence:ms`
--- triples on `channel` (the client part keeps apart waits of one owner token in two processes). The first waiter that does not fit stops it, so nobody overtakes. The
--- hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that died in the
--- queue holds the lock no longer than that. A waiter that misses the message finds the hold
+-- here, leave the queue, and are told in one message of space-separated
+-- `client/owner:fence:ms` triples on `channel` (the client part keeps apart waits of one owner
+-- token in two processes). The first waiter that does not fit stops it, so nobody overtakes.
+-- The hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that died in
+-- the queue holds the lock no longer than that. A waiter that misses the message finds the hold
 -- when it next tries (claim `new` or `queued`).
 local function handoff(s, channel, now, clock)
   local told = {}
@@ -311,8 +312,8 @@ end
 
 -- A lease that ends sooner than `~next` said (a short grace or fixed lease) may run out
 -- before any queued waiter looks again. Tells the first waiter of each client in the queue,
--- by `client/owner` alone: it asks again and learns when to look. One per client is enough: a client's
--- waiters live and die together.
+-- by `client/owner` alone: it asks again and learns when to look. One per client is enough: a
+-- client's waiters live and die together.
 local function tell_sooner(s)
   local told, seen = {}, {}
   for _, m in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
