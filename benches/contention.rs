@@ -206,17 +206,7 @@ async fn run() -> AnyResult<()> {
         None => bench::Plan::full().handoff_hold_ms,
         Some(i) => {
             let value = args.get(i + 1).ok_or("--handoff-hold-ms needs a value")?;
-            let ms: u64 = value.parse().map_err(|_| {
-                format!("--handoff-hold-ms: `{value}` is not a whole number of milliseconds")
-            })?;
-            if ms < 2 {
-                return Err(format!(
-                    "--handoff-hold-ms: {ms} ms is too short: holds are drawn from 1 ms up to \
-                     (not including) this value, so it must be 2 or more"
-                )
-                .into());
-            }
-            ms
+            bench::parse_hold_ms(value).map_err(|e| format!("--handoff-hold-ms: {e}"))?
         }
     };
     let (server, url) = server::try_named_or_own(std::env::var("REDIS_URL").ok())?;

@@ -203,6 +203,20 @@ pub struct Plan {
     pub watchdog_window: Duration,
 }
 
+/// `--handoff-hold-ms`: a whole number of ms, at least 2 (holds are drawn from 1 ms up to it).
+pub fn parse_hold_ms(value: &str) -> Result<u64, String> {
+    let ms: u64 = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a whole number of milliseconds"))?;
+    if ms < 2 {
+        return Err(format!(
+            "{ms} ms is too short: holds are drawn from 1 ms up to (not including) this value, \
+             so it must be 2 or more"
+        ));
+    }
+    Ok(ms)
+}
+
 impl Plan {
     /// About 15 minutes with the peers. The watchdog window is 30 s at the default 30 s lease:
     /// three renewal periods (one every 10 s).

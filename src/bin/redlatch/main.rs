@@ -47,7 +47,7 @@ enum Command {
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
         /// In the hand-off scenario the holder holds 1 ms to this many ms (at random); 2 or more.
-        #[arg(long, default_value_t = 5, value_parser = parse_hold_ms)]
+        #[arg(long, default_value_t = 5, value_parser = bench::parse_hold_ms)]
         handoff_hold_ms: u64,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
@@ -68,20 +68,6 @@ enum Command {
 }
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// `--handoff-hold-ms`: a whole number of ms, at least 2 (holds are drawn from 1 ms up to it).
-fn parse_hold_ms(value: &str) -> Result<u64, String> {
-    let ms: u64 = value
-        .parse()
-        .map_err(|_| format!("`{value}` is not a whole number of milliseconds"))?;
-    if ms < 2 {
-        return Err(format!(
-            "{ms} ms is too short: holds are drawn from 1 ms up to (not including) this value, \
-             so it must be 2 or more"
-        ));
-    }
-    Ok(ms)
-}
 
 /// `n` and `word`, with an `s` unless `n` is 1.
 fn count(n: u64, word: &str) -> String {
