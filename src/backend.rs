@@ -11,10 +11,11 @@
 
 use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
-use redis::{ScriptInvocation, Value};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::Result;
 use crate::notify::Notifier;
+use crate::scripts::Call;
 
 /// One Redis server.
 pub(crate) struct Node {
@@ -67,10 +68,18 @@ impl Node {
         Ok(conn)
     }
 
-    /// Runs a script (EVALSHA, loading it on NOSCRIPT) and returns its raw reply.
-    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
+    /// Runs a script by its SHA1 and returns its raw reply. A server that does not have the
+    /// script cached is sent its source (`EVAL`), which runs and caches it at once: a cache
+    /// flushed again in between cannot fail the call, as a load followed by a retry could.
+    pub(crate) async fn invoke(&self, call: &Call<'_>) -> Result<Value> {
         let mut conn = self.connection().await?;
-        match invocation.invoke_async(&mut conn).await {
+        let reply = match call.by_hash().query_async(&mut conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                call.by_source().query_async(&mut conn).await
+            }
+            other => other,
+        };
+        match reply {
             Ok(value) => Ok(value),
             Err(err) => {
                 let broken = err.is_unrecoverable_error()

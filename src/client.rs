@@ -351,7 +351,8 @@ impl LockClientBuilder {
     /// Bounds of the jittered exponential backoff a waiter uses when no wake-up can reach it
     /// (the subscription is down) and when the holder's remaining lease is unknown. Each wait
     /// is also bounded by the holder's remaining lease and by the caller's deadline. Default:
-    /// 10 ms to 1 s.
+    /// 10 ms to 1 s; `min` must be above zero and `max` at most [`MAX_LEASE`](crate::MAX_LEASE)
+    /// (checked by [`build`](Self::build)).
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
@@ -373,8 +374,9 @@ impl LockClientBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad setting (empty prefix, lease outside
-    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), backoff min above
-    /// max) or outside a tokio runtime; [`Error::Redis`] for a bad server address.
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), the same for the
+    /// waiter timeout, a zero backoff minimum, a backoff minimum above its maximum or a maximum
+    /// above `MAX_LEASE`) or outside a tokio runtime; [`Error::Redis`] for a bad server address.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {

@@ -89,11 +89,14 @@ impl Config {
                 )
             })?;
         }
-        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+        if self.backoff_min.is_zero()
+            || self.backoff_min > self.backoff_max
+            || self.backoff_max > MAX_LEASE
+        {
             return Err(Error::invalid(
                 "backoff",
                 format!(
-                    "need 0 < min <= max, got {:?}..{:?}",
+                    "need 0 < min <= max <= {MAX_LEASE:?}, got {:?}..{:?}",
                     self.backoff_min, self.backoff_max
                 ),
             ));
@@ -120,7 +123,7 @@ impl Backoff {
 
     pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = self.ceiling;
-        self.ceiling = (self.ceiling * 2).min(self.max);
+        self.ceiling = self.ceiling.saturating_mul(2).min(self.max);
         ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
     }
 }
@@ -155,6 +158,11 @@ mod tests {
         let mut c = Config::default();
         assert!(c.validate().is_ok());
         c.backoff_min = Duration::ZERO;
+        assert!(c.validate().is_err());
+        c.backoff_min = MAX_LEASE;
+        c.backoff_max = MAX_LEASE;
+        assert!(c.validate().is_ok());
+        c.backoff_max = MAX_LEASE + Duration::from_nanos(1);
         assert!(c.validate().is_err());
     }
 }

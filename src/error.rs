@@ -68,22 +68,26 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
-    /// A key that redlatch owns holds data of another Redis type (a string where a hash is
-    /// expected, say). Nothing was changed.
-    #[error("key `{key}` holds a Redis {found}, not redlatch data")]
+    /// A key of the name holds data redlatch did not write: another Redis type (a string where
+    /// a hash belongs, say), a string that is not a fencing counter, or a sorted set without
+    /// redlatch's marker. It was left exactly as it was; rename the data or use another key
+    /// prefix ([`LockClientBuilder::key_prefix`](crate::LockClientBuilder::key_prefix)).
+    #[error("key `{key}` holds {found}, not redlatch data; it was left unchanged")]
     WrongType {
         /// The key.
         key: String,
-        /// The Redis type found there.
+        /// What was found there, in words: `"a list"`, `"a string that is not a number"`,
+        /// `"a sorted set without redlatch's `~` member"`...
         found: String,
     },
-    /// The key holds redlatch data of a layout this version does not understand (another
-    /// primitive on the same name, or a newer layout during a rolling deploy). Nothing was changed.
-    #[error("key `{key}` has layout `{found}`, this client reads `{expected}`")]
+    /// The key holds a hash that is not of a layout this client reads: a hash without
+    /// redlatch's `~layout` field (not redlatch data), the name in use as another primitive, or
+    /// a newer layout during a rolling deploy. Nothing was changed.
+    #[error("{}", layout_message(key, found, expected))]
     Layout {
         /// The key.
         key: String,
-        /// The layout tag found (empty when the hash has none).
+        /// The layout tag found (empty when the hash has none: not redlatch data).
         found: String,
         /// The layout tag this client writes and reads.
         expected: &'static str,
@@ -102,6 +106,43 @@ pub enum Error {
         /// What was wrong with the reply.
         detail: String,
     },
+}
+
+fn layout_message(key: &str, found: &str, expected: &str) -> String {
+    if found.is_empty() {
+        format!(
+            "key `{key}` holds a hash without redlatch's `~layout` field, not redlatch data; it was left unchanged"
+        )
+    } else {
+        format!(
+            "key `{key}` has layout `{found}` (the name is in use as another primitive, or by a newer version), this client reads `{expected}`"
+        )
+    }
+}
+
+/// What a script found under `key` when it expected redlatch's data, in a reader's words: the
+/// Redis type (`redis_type`, as `TYPE` names it), or for a key of the right type, why it is
+/// not ours. The key's role comes from its suffix (names cannot contain braces, so
+/// `}:fence` and the like are unambiguous).
+pub(crate) fn wrong_type(key: &str, redis_type: &str) -> Error {
+    let found = match redis_type {
+        "string" if key.ends_with("}:fence") => "a string that is not a number".to_owned(),
+        "zset" if key.ends_with("}:holders") || key.ends_with("}:queue") => {
+            "a sorted set without redlatch's `~` member".to_owned()
+        }
+        "string" => "a string".to_owned(),
+        "list" => "a list".to_owned(),
+        "set" => "a set".to_owned(),
+        "zset" => "a sorted set".to_owned(),
+        "hash" => "a hash".to_owned(),
+        "stream" => "a stream".to_owned(),
+        "" => "a value of another type".to_owned(),
+        other => format!("a value of type `{other}`"),
+    };
+    Error::WrongType {
+        key: key.to_owned(),
+        found,
+    }
 }
 
 impl Error {

@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::client::LockClient;
 use crate::config::FENCE_TTL;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, wrong_type};
 use crate::key::LockKeys;
 use crate::scripts::{
     FAIR_LAYOUT, FORCE_UNLOCK, INSPECT, MUTEX_LAYOUT, RWLOCK_LAYOUT, Reply, SEMAPHORE_LAYOUT, int,
@@ -289,17 +289,25 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
     let Value::Array(items) = raw else {
         return Err(bad(format!("expected an array, got {raw:?}")));
     };
-    if let Some(Value::Int(-1)) = items.first() {
-        let key = match items.get(2).and_then(int) {
-            Some(2) => &keys.holders,
-            Some(3) => &keys.queue,
-            Some(4) => &keys.fence,
-            _ => &keys.lock,
-        };
-        return Err(Error::WrongType {
-            key: key.clone(),
-            found: items.get(1).map(text).transpose()?.unwrap_or_default(),
-        });
+    match items.first() {
+        Some(Value::Int(-1)) => {
+            let key = match items.get(2).and_then(int) {
+                Some(2) => &keys.holders,
+                Some(3) => &keys.queue,
+                Some(4) => &keys.fence,
+                _ => &keys.lock,
+            };
+            let found = items.get(1).map(text).transpose()?.unwrap_or_default();
+            return Err(wrong_type(key, &found));
+        }
+        Some(Value::Int(-2)) => {
+            return Err(Error::Layout {
+                key: keys.lock.clone(),
+                found: items.get(1).map(text).transpose()?.unwrap_or_default(),
+                expected: "a layout of version 1",
+            });
+        }
+        _ => {}
     }
     let [
         layout,

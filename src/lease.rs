@@ -14,6 +14,7 @@ use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::scripts::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT, foreign};
+use crate::time::after;
 use crate::token::OwnerToken;
 use crate::watchdog::Watchdog;
 
@@ -127,7 +128,7 @@ impl Hold {
             owner,
             lease,
             renew,
-            expires_at: StdMutex::new(sent_at + lease),
+            expires_at: StdMutex::new(after(sent_at, lease)),
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             lost: watch::Sender::new(false),
@@ -174,7 +175,7 @@ impl Hold {
     /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut at = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-        *at = (*at).max(sent_at + lease);
+        *at = (*at).max(after(sent_at, lease));
     }
 }
 

@@ -85,6 +85,7 @@ mod queue;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod time;
 mod token;
 mod wait;
 mod watchdog;

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{Family, Held, Hold, Kind, Lease, Op};
 use crate::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE, Reply, statuses};
+use crate::time::after;
 use crate::token::OwnerToken;
 use crate::wait::{Attempt, Claim, OnCancel, Queueing, noting_lost_answers, wait_for};
 
@@ -162,8 +163,7 @@ impl Queued {
         let now = Instant::now();
         let sent_at = now.checked_sub(term / 20).unwrap_or(now);
         let hold = self.hold(op, &owner, self.lease, sent_at);
-        // A term too long to add (it came in a message) leaves the lease's own end.
-        hold.handed_until(sent_at.checked_add(term).unwrap_or(sent_at + self.lease));
+        hold.handed_until(after(sent_at, term));
         Held {
             client: self.client.clone(),
             owner,

@@ -1,14 +1,92 @@
 //! The Lua scripts under `lua/v1/`, embedded at compile time, and the decoding of their replies.
 //!
-//! Scripts run by SHA (`EVALSHA`) with the `NOSCRIPT` fallback that [`redis::Script`] provides.
+//! Scripts run by SHA (`EVALSHA`); a server whose script cache is empty (`NOSCRIPT`: after a
+//! restart, a failover or `SCRIPT FLUSH`) is sent the script's source with `EVAL`, which runs
+//! it and caches it in one step, so no flush between a load and a retry can reach the caller.
 //! The tests at the bottom pin every script's SHA1: changing a script is a deliberate act that
 //! updates the pin, `lua/README.md` and the CHANGELOG together.
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::{Cmd, ToRedisArgs, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, wrong_type};
+
+/// One Lua script: its source and SHA1.
+#[derive(Debug)]
+pub(crate) struct Script {
+    source: &'static str,
+    hash: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            hash: redis::Script::new(source).get_hash().to_owned(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get_hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// A call of this script with no keys or arguments yet.
+    pub(crate) fn prepare_invoke(&self) -> Call<'_> {
+        Call {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// A call of this script with its first key.
+    pub(crate) fn key(&self, key: impl ToRedisArgs) -> Call<'_> {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+}
+
+/// A script call being built: its keys and arguments.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call<'_> {
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    fn command(&self, verb: &str, script: &str) -> Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// `EVALSHA`: runs the script from the server's cache.
+    pub(crate) fn by_hash(&self) -> Cmd {
+        self.command("EVALSHA", &self.script.hash)
+    }
+
+    /// `EVAL`: sends the source, for a server that does not have it cached.
+    pub(crate) fn by_source(&self) -> Cmd {
+        self.command("EVAL", self.script.source)
+    }
+}
 
 /// The key-layout version these scripts read and write (the `v1` of `lua/v1/`).
 #[cfg(test)]
@@ -27,11 +105,25 @@ macro_rules! script {
     };
 }
 
-/// A queue script: `lua/v1/queue_lib.lua` followed by the operation's own file.
+/// A script that recognises foreign data: `lua/v1/keys_lib.lua` followed by its own file.
+macro_rules! checking_script {
+    ($name:ident, $file:literal) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../lua/v1/keys_lib.lua"),
+                include_str!(concat!("../lua/v1/", $file))
+            ))
+        });
+    };
+}
+
+/// A queue script: `lua/v1/keys_lib.lua`, `lua/v1/queue_lib.lua`, then the operation's own
+/// file.
 macro_rules! queue_script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("../lua/v1/keys_lib.lua"),
                 include_str!("../lua/v1/queue_lib.lua"),
                 include_str!(concat!("../lua/v1/", $file))
             ))
@@ -45,8 +137,8 @@ script!(MUTEX_EXTEND, "mutex_extend.lua");
 queue_script!(QUEUE_ACQUIRE, "queue_acquire.lua");
 queue_script!(QUEUE_RELEASE, "queue_release.lua");
 queue_script!(QUEUE_EXTEND, "queue_extend.lua");
-script!(INSPECT, "inspect.lua");
-script!(FORCE_UNLOCK, "force_unlock.lua");
+checking_script!(INSPECT, "inspect.lua");
+checking_script!(FORCE_UNLOCK, "force_unlock.lua");
 
 /// Reads an integer from a script reply element (Lua numbers arrive as integers, tokens as
 /// strings).
@@ -68,14 +160,11 @@ fn text(v: Option<&Value>) -> String {
     }
 }
 
-/// The error for a negative per-item status of a batch script: `-1` foreign type, `-2` foreign
+/// The error for a negative per-item status of a batch script: `-1` foreign data, `-2` foreign
 /// layout (where `expected` is the layout the caller reads).
 pub(crate) fn foreign(key: &str, status: i64, expected: &'static str) -> Error {
     if status == -1 {
-        Error::WrongType {
-            key: key.to_owned(),
-            found: "value of another type".to_owned(),
-        }
+        wrong_type(key, "")
     } else {
         Error::Layout {
             key: key.to_owned(),
@@ -138,10 +227,7 @@ impl Reply {
                     .and_then(|i| keys.get(i))
                     .copied()
                     .unwrap_or_default();
-                Err(Error::WrongType {
-                    key: key.to_owned(),
-                    found: text(reply.items.get(1)),
-                })
+                Err(wrong_type(key, &text(reply.items.get(1))))
             }
             -2 => Err(Error::Layout {
                 key: keys.first().copied().unwrap_or_default().to_owned(),
@@ -184,11 +270,11 @@ mod tests {
             (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "e8150f357d9494e2470fe2666ccfe05c7868b108"),
-            (&*QUEUE_RELEASE, "12e8565f4a7f87a117e28a5b42eda671916684bf"),
-            (&*QUEUE_EXTEND, "de5d8bfe4b159371506efc35ad38a3f6af46ad5f"),
-            (&*INSPECT, "2f8be4c55a7e6f8bb3434d600a7dcfa7581fd4f3"),
-            (&*FORCE_UNLOCK, "35b829473748982c418bd34f02b9593f8287c7a5"),
+            (&*QUEUE_ACQUIRE, "4eaf45625667c1d3f28d74ee9a9329ebf2fb3b2f"),
+            (&*QUEUE_RELEASE, "88fbf0eff59f8087f67d45236a03c3f15e3b6d18"),
+            (&*QUEUE_EXTEND, "c9af6facb4ebf5250bdf7d38faf9fed2b1665459"),
+            (&*INSPECT, "c3c6e4fa023569a2e60dbfa4ce29244fa9d2dd90"),
+            (&*FORCE_UNLOCK, "616c529b713bec3ed4b915003050d1ec86e19752"),
         ];
         for (script, sha) in pins {
             assert_eq!(script.get_hash(), sha);
@@ -203,6 +289,7 @@ mod tests {
             ("mutex_extend", include_str!("../lua/v1/mutex_extend.lua")),
         ];
         let queue = [
+            ("keys_lib", include_str!("../lua/v1/keys_lib.lua")),
             ("queue_lib", include_str!("../lua/v1/queue_lib.lua")),
             ("queue_acquire", include_str!("../lua/v1/queue_acquire.lua")),
             ("queue_release", include_str!("../lua/v1/queue_release.lua")),
@@ -232,7 +319,7 @@ mod tests {
         ]);
         let err = Reply::decode("t", raw, &["a", "b"], MUTEX_LAYOUT).unwrap_err();
         assert!(
-            matches!(err, Error::WrongType { ref key, ref found } if key == "b" && found == "string")
+            matches!(err, Error::WrongType { ref key, ref found } if key == "b" && found == "a string")
         );
         let raw = Value::Array(vec![Value::Int(-2), Value::BulkString(b"rw:9".to_vec())]);
         let err = Reply::decode("t", raw, &["a"], MUTEX_LAYOUT).unwrap_err();

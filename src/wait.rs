@@ -11,6 +11,7 @@ use crate::backend::Node;
 use crate::config::{Backoff, Config};
 use crate::error::{Error, Result};
 use crate::notify::Waiter;
+use crate::time::{after, sleep_until};
 
 /// The answer to one attempt.
 #[derive(Debug)]
@@ -154,8 +155,7 @@ where
     G: FnMut(u64, Duration) -> Result<T>,
 {
     let started = Instant::now();
-    // A timeout too long to add to the clock is no deadline at all.
-    let deadline = timeout.and_then(|t| started.checked_add(t));
+    let deadline = timeout.map(|t| after(started, t));
     let timed_out = || Error::Timeout {
         waited: timeout.unwrap_or_default(),
     };
@@ -195,12 +195,12 @@ where
                 Attempt::Acquired(value) => {
                     if let (Some(w), false) = (&waiter, server) {
                         // The next local waiter arms its timer for our lease, not the old one.
-                        w.set_holder_deadline(Some(Instant::now() + config.lease));
+                        w.set_holder_deadline(Some(after(Instant::now(), config.lease)));
                     }
                     return Ok(value);
                 }
                 Attempt::Busy(wait) => {
-                    let at = wait.and_then(|p| Instant::now().checked_add(p));
+                    let at = wait.map(|p| after(Instant::now(), p));
                     let w = waiter.get_or_insert_with(join);
                     if server {
                         own_deadline = at;
@@ -238,11 +238,14 @@ where
         };
         let jitter = config.backoff_min.mul_f64(fastrand::f64());
         let timer = if !w.push_active() {
-            let poll = now + backoff.next_delay();
+            let poll = after(now, backoff.next_delay());
             Some(known.map_or(poll, |d| poll.min(d.max(now))))
         } else if server || w.is_front() {
             // Unknown (the last attempt did not reach Redis): poll with backoff.
-            Some(known.unwrap_or_else(|| now + backoff.next_delay()) + jitter)
+            Some(after(
+                known.unwrap_or_else(|| after(now, backoff.next_delay())),
+                jitter,
+            ))
         } else {
             None
         };
@@ -267,14 +270,6 @@ where
                 must_try = true;
             }
         }
-    }
-}
-
-/// Sleeps until `at`, or for ever when there is no `at`.
-pub(crate) async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -26,7 +26,7 @@ use crate::backend::Node;
 use crate::config::millis;
 use crate::lease::{Hold, extend};
 use crate::scripts::foreign;
-use crate::wait::sleep_until;
+use crate::time::{after, sleep_until};
 
 /// The most holds one renewal script call carries.
 pub(crate) const BATCH: usize = 256;
@@ -37,7 +37,9 @@ const INBOX_LIMIT: usize = 4096;
 
 #[derive(Debug)]
 enum Command {
-    Watch(Arc<Hold>),
+    /// Watch a hold from the given due time on (counted from its registration, however late
+    /// the task reads its inbox).
+    Watch(Arc<Hold>, Instant),
     Forget(u64),
 }
 
@@ -69,9 +71,10 @@ impl Watchdog {
 
     /// Renews `hold` from now on (or only watches its expiry, for a fixed lease).
     pub(crate) fn watch(&self, hold: Arc<Hold>) {
-        let due = self.since_epoch(first_due(&hold, Instant::now()));
-        let queued = self.push(Command::Watch(hold));
-        if due < self.next_look.load(Ordering::SeqCst) || queued >= INBOX_LIMIT {
+        let due = first_due(&hold, Instant::now());
+        let due_ms = self.since_epoch(due);
+        let queued = self.push(Command::Watch(hold, due));
+        if due_ms < self.next_look.load(Ordering::SeqCst) || queued >= INBOX_LIMIT {
             self.wake.notify_one();
         }
     }
@@ -117,7 +120,7 @@ fn interval(hold: &Hold) -> Duration {
 fn first_due(hold: &Hold, now: Instant) -> Instant {
     if hold.renew {
         let left = hold.expires_at().saturating_duration_since(now);
-        now + interval(hold).min(left / 3)
+        after(now, interval(hold).min(left / 3))
     } else if hold.is_handed() {
         now
     } else {
@@ -201,11 +204,9 @@ async fn run(dog: Arc<Watchdog>, node: Arc<Node>) {
             return;
         }
         let commands = std::mem::take(&mut *dog.inbox());
-        let now = Instant::now();
         for command in commands {
             match command {
-                Command::Watch(hold) => {
-                    let due = first_due(&hold, now);
+                Command::Watch(hold, due) => {
                     let renewing = renewing(&hold);
                     schedule.set(hold, due, renewing);
                 }
@@ -247,7 +248,7 @@ async fn renew_due(node: &Node, schedule: &mut Schedule) {
         } else {
             Duration::ZERO
         };
-        if at > now + slack {
+        if at > after(now, slack) {
             break;
         }
         schedule.heap.pop();
@@ -290,7 +291,7 @@ async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
                 if status == 1 {
                     hold.confirm(sent_at, hold.lease);
                     let (due, renewing) = if hold.renew {
-                        (sent_at + interval(hold), true)
+                        (after(sent_at, interval(hold)), true)
                     } else {
                         (hold.expires_at(), false)
                     };
@@ -310,7 +311,7 @@ async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
     let now = Instant::now();
     for hold in chunk {
         let retry = (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
-        schedule.reschedule(hold.id, now + retry, true);
+        schedule.reschedule(hold.id, after(now, retry), true);
     }
 }
 

@@ -263,3 +263,71 @@ async fn a_guard_whose_hold_is_gone_cannot_reenter() {
     })
     .await;
 }
+
+/// Holds two locks, the second taken half a second after the first, each with a 3 s lease,
+/// and checks at 1.2 s after each acquisition that its lease was renewed (a renewal is due at a
+/// third of the lease, 1 s): the due time counts from the acquisition, not from whenever the
+/// watchdog next looks at its new holds (here, when the first lock's renewal wakes it). With
+/// `busy`, other tasks keep the runtime's threads busy meanwhile.
+async fn first_renewals_come_a_third_of_the_lease_after_acquisition(busy: bool) {
+    const LEASE: Duration = Duration::from_secs(3);
+    const CHECK_AT: Duration = Duration::from_millis(1200);
+    let redis = TestRedis::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..if busy { 4 } else { 0 })
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // A millisecond of work between yields, as a busy service's tasks do.
+                    let until = std::time::Instant::now() + Duration::from_millis(1);
+                    while std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    within(LIMIT, async {
+        let client = redis.builder().default_lease(LEASE).build().unwrap();
+        let lease_left = async |name: &str| {
+            client.inspect(name).await.unwrap().holders[0]
+                .lease_left
+                .unwrap()
+        };
+        let first = client.mutex("first").unwrap().lock().await.unwrap();
+        let first_at = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let second = client.mutex("second").unwrap().lock().await.unwrap();
+        let fair = client.fair_mutex("fair").unwrap().lock().await.unwrap();
+        let second_at = tokio::time::Instant::now();
+        tokio::time::sleep_until(first_at + CHECK_AT).await;
+        // Unrenewed, 1.8 s would be left at most; renewed at 1 s, about 2.8 s.
+        let left = lease_left("first").await;
+        assert!(left > Duration::from_secs(2), "first: {left:?} left");
+        tokio::time::sleep_until(second_at + CHECK_AT).await;
+        for name in ["second", "fair"] {
+            let left = lease_left(name).await;
+            assert!(left > Duration::from_secs(2), "{name}: {left:?} left");
+        }
+        first.unlock().await.unwrap();
+        second.unlock().await.unwrap();
+        fair.unlock().await.unwrap();
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_first_renewal_counts_from_the_acquisition() {
+    first_renewals_come_a_third_of_the_lease_after_acquisition(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_renewal_comes_on_time_on_a_busy_runtime() {
+    first_renewals_come_a_third_of_the_lease_after_acquisition(true).await;
+}

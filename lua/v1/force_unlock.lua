@@ -10,11 +10,19 @@
 -- keys go, except the fence key (tokens keep rising). Waiting clients are told on the channel
 -- and try again; holders find out at their next renewal and see their guards lost.
 -- returns: {layout, holders, waiters}  what was removed (layout '' when nothing was stored)
---          {-1, type, i}              KEYS[i] holds foreign data of that Redis type
+--          {-1, type, i}              KEYS[i] holds data redlatch did not write (keys_lib)
 --          {-2, layout}               the hash is not redlatch's (no or unknown layout tag)
 local m, h, q, channel = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+-- Refuses foreign data under the sorted sets and the fence key (keys_lib).
+local function others()
+  for j, k in ipairs({h, q}) do
+    local bad = foreign(k, 'zset', j + 1)
+    if bad then return bad end
+  end
+  return (foreign(KEYS[4], 'counter', 4))
+end
 local kind = redis.call('TYPE', m)['ok']
-if kind == 'none' then return {'', 0, 0} end
+if kind == 'none' then return others() or {'', 0, 0} end
 if kind ~= 'hash' then return {-1, kind, 1} end
 local layout = redis.call('HGET', m, '~layout')
 if layout == 'mutex:1' then
@@ -29,10 +37,8 @@ end
 if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1' then
   return {-2, layout or ''}
 end
-for j, k in ipairs({h, q}) do
-  local zk = redis.call('TYPE', k)['ok']
-  if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, j + 1} end
-end
+local bad = others()
+if bad then return bad end
 local holders = redis.call('ZCARD', h)
 if redis.call('ZSCORE', h, '~') then holders = holders - 1 end
 if redis.call('HEXISTS', m, '~writer') == 1 then holders = holders + 1 end

@@ -9,19 +9,26 @@
 --          nothing is stored under the name, holders is a flat list of
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
 --          flat list of (owner, op .. units .. '/' .. lease ms, client id), in queue order.
---          Holders whose lease ran out are left out. {-1, type, i} for foreign data.
+--          Holders whose lease ran out are left out. {-1, type, i} when KEYS[i] holds data
+--          redlatch did not write (see keys_lib), {-2, ''} for a hash without a layout tag.
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local last = '0'
-local fkind = redis.call('TYPE', fence)['ok']
-if fkind == 'string' then last = redis.call('GET', fence)
-elseif fkind ~= 'none' then return {-1, fkind, 4} end
+local bad, last = foreign(fence, 'counter', 4)
+if bad then return bad end
+last = last or '0'
 
 local kind = redis.call('TYPE', m)['ok']
-if kind == 'none' then return {'', 0, 0, last, {}, {}} end
+if kind == 'none' then
+  for j, k in ipairs({h, q}) do
+    bad = foreign(k, 'zset', j + 1)
+    if bad then return bad end
+  end
+  return {'', 0, 0, last, {}, {}}
+end
 if kind ~= 'hash' then return {-1, kind, 1} end
-local layout = redis.call('HGET', m, '~layout') or ''
+local layout = redis.call('HGET', m, '~layout')
+if not layout then return {-2, ''} end
 local holders, waiters = {}, {}
 
 if layout == 'mutex:1' then
@@ -36,8 +43,8 @@ if layout == 'mutex:1' then
 end
 
 for j, k in ipairs({h, q}) do
-  local zk = redis.call('TYPE', k)['ok']
-  if zk ~= 'none' and zk ~= 'zset' then return {-1, zk, j + 1} end
+  bad = foreign(k, 'zset', j + 1)
+  if bad then return bad end
 end
 local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence')
 local writer, wexp = meta[1], tonumber(meta[3]) or 0

@@ -37,7 +37,7 @@ local client = ARGV[11]
 local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', '~fence',
                                    '~writer', 'h:' .. owner})
 if not s then return err end
-s.f, s.ttl, s.cap, s.channel = KEYS[4], ARGV[8], cap, channel
+s.ttl, s.cap, s.channel = ARGV[8], cap, channel
 if not s.exists then
   s.v['~cap'] = ARGV[5]
 elseif op == 's' and num(s, '~cap') ~= cap then

@@ -2,8 +2,8 @@
 -- layout:  1
 -- Prepended to every queue_* script (and to nothing else): the state of a fair mutex, a
 -- semaphore or a read-write lock, and the FIFO queue of its waiters.
--- KEYS[i..i+2] of one name, as the table s = {m, h, q, i} (f and ttl: the fence key and its
--- lifetime, for scripts that grant):
+-- KEYS[i..i+3] of one name, as the table s = {m, h, q, f, i} (f: the fence key, given to the
+-- scripts that may grant; ttl, set by them: its lifetime):
 --   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq (last ticket), ~used (read
 --                                           holds or permits held), ~fence (the last token
 --                                           issued), ~next, ~exp; the exclusive holder:
@@ -70,12 +70,12 @@ local function drop(s, f)
 end
 
 -- Reads the meta fields a script needs (`names`, which include ~layout, ~next and ~exp; any
--- other field is read when first asked for) into a new state table for keys {m, h, q} of
+-- other field is read when first asked for) into a new state table for keys {m, h, q[, f]} of
 -- `layout`, in one call. Returns the state, or nil and an error reply when the keys hold
 -- foreign data (nothing is written then).
 local function open(keys, layout, names)
-  local s = {m = keys[1], h = keys[2], q = keys[3], i = keys.i or 1, layout = layout,
-             v = {}, set = {}, del = {}, hrem = {}, fresh = {}, top = 0}
+  local s = {m = keys[1], h = keys[2], q = keys[3], f = keys[4], i = keys.i or 1,
+             layout = layout, v = {}, set = {}, del = {}, hrem = {}, fresh = {}, top = 0}
   local r = redis.pcall('HMGET', s.m, unpack(names))
   if r.err then return nil, {-1, redis.call('TYPE', s.m)['ok'], s.i} end
   for j, f in ipairs(names) do s.v[f] = r[j] end
@@ -88,16 +88,24 @@ local function open(keys, layout, names)
     return s
   end
   s.exp = 0
+  -- No meta hash describes the name: whatever else is under its keys must be ours to be used
+  -- (keys_lib), and anything else is refused, untouched.
   if redis.call('EXISTS', s.m, s.h, s.q) > 0 then
     local kind = redis.call('TYPE', s.m)['ok']
     if kind == 'hash' then return nil, {-2, ''} end
     if kind ~= 'none' then return nil, {-1, kind, s.i} end
     for j, k in ipairs({s.h, s.q}) do
-      local zk = redis.call('TYPE', k)['ok']
-      if zk ~= 'none' and zk ~= 'zset' then return nil, {-1, zk, s.i + j} end
+      local bad = foreign(k, 'zset', s.i + j)
+      if bad then return nil, bad end
     end
     -- Ours, but meaningless without the meta hash that described them.
     redis.call('DEL', s.h, s.q)
+  end
+  if s.f then
+    -- The last token issued while the name was idle, read here once for `mint`.
+    local bad, last = foreign(s.f, 'counter', s.i + 3)
+    if bad then return nil, bad end
+    s.v['~fence'] = last
   end
   s.empty = true
   return s

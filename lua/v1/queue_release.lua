@@ -29,7 +29,7 @@ local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', 
                                    '~writer', '~wholds', 'h:' .. owner})
 if not s then return err end
 if not s.exists then return {0} end
-s.f, s.ttl, s.channel = KEYS[4], ARGV[5], channel
+s.ttl, s.channel = ARGV[5], channel
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)

@@ -38,6 +38,7 @@ pub const LUA: &[&str] = &[
     include_str!("../../../lua/v1/mutex_acquire.lua"),
     include_str!("../../../lua/v1/mutex_release.lua"),
     include_str!("../../../lua/v1/mutex_extend.lua"),
+    include_str!("../../../lua/v1/keys_lib.lua"),
     include_str!("../../../lua/v1/queue_lib.lua"),
     include_str!("../../../lua/v1/queue_acquire.lua"),
     include_str!("../../../lua/v1/queue_release.lua"),
