@@ -1,11 +1,9 @@
 //! Micro-benchmark: one uncontended lock+unlock cycle against a local redis-server, beside the
 //! two raw script calls it is made of. `cargo bench --bench cycle`.
 
-#[path = "../tests/support/server.rs"]
-mod server;
-
 use criterion::{Criterion, criterion_main};
 use deadpool_redis::{Config, Runtime};
+use redlatch_harness::server;
 
 fn cycle(c: &mut Criterion) {
     let server = server::RedisServer::start();

@@ -10,9 +10,6 @@
 //! `curl -X PUT localhost:3000/resources/42` (from two terminals at once: the second waits for
 //! the first) and `curl localhost:3000/report` (at most 2 at once, across every instance).
 
-#[path = "../tests/support/server.rs"]
-mod server;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redlatch::LockClient;
 use redlatch::layer::{LockLayer, PermitLayer, RequestHold};
+use redlatch_harness::server;
 
 #[derive(Parser, Debug)]
 #[command(about = "redlatch's tower layers in an axum app")]

@@ -11,11 +11,6 @@
 //! a connection of their own, without the library), the hand-off latency from a release to a
 //! blocked waiter, and 16 tasks fighting over one name.
 
-#[path = "../src/bin/redlatch/measure.rs"]
-mod measure;
-#[path = "../tests/support/server.rs"]
-mod server;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +22,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
+use redlatch_harness::{measure, server};
 
 use measure::{
     AnyResult, BoxFut, Contend, ContendedRun, commandstats, contended_run, cpu_steal, handoff_run,

@@ -1,15 +1,10 @@
-//! `redlatch`: the command-line tool (feature `cli`).
+//! `redlatch`: the command-line tool (package `redlatch-cli`; `cargo install --path cli`).
 //!
 //! ```text
 //! redlatch bench [--quick]                       # the contention benchmark, own redis-server
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! ```
-
-#[path = "../../../tests/support/server.rs"]
-mod server;
-
-mod bench;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -18,6 +13,8 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use redlatch::LockClient;
+use redlatch_cli::bench;
+use redlatch_harness::server;
 
 #[derive(Parser, Debug)]
 #[command(

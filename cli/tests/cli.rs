@@ -1,14 +1,23 @@
 //! The `redlatch` command-line tool against a real server: inspect, force-unlock, and the quick
 //! benchmark's output.
-#![cfg(feature = "cli")]
-
-mod support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{TestRedis, within};
+use redlatch::LockClient;
+use redlatch_harness::{TestServer as TestRedis, unique, within};
+
+/// A redlatch client of the test's server, under its prefix.
+fn client(redis: &TestRedis) -> LockClient {
+    let pool = deadpool_redis::Config::from_url(&redis.url)
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    LockClient::builder(pool, redis.url.as_str())
+        .key_prefix(&redis.prefix)
+        .build()
+        .unwrap()
+}
 
 /// Runs the tool against `url` under `prefix`, feeding `stdin`; returns success and output.
 fn redlatch(url: &str, prefix: &str, args: &[&str], stdin: &str) -> (bool, String) {
@@ -45,7 +54,7 @@ fn tool(args: &[&str], envs: &[(&str, &str)], stdin: &str) -> (bool, String) {
 async fn inspect_shows_the_holder_and_force_unlock_asks_first() {
     let redis = TestRedis::new();
     within(Duration::from_secs(60), async {
-        let client = redis.client();
+        let client = client(&redis);
         let guard = client.fair_mutex("nightly").unwrap().lock().await.unwrap();
         let run = |args: Vec<&'static str>, stdin: &'static str| {
             let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
@@ -135,7 +144,7 @@ async fn keys_starting(redis: &TestRedis, prefix: &str) -> Vec<String> {
 #[tokio::test]
 async fn quick_bench_writes_its_json_and_leaves_no_keys() {
     let redis = TestRedis::new();
-    let out_dir = std::env::temp_dir().join(support::unique("redlatch-bench-test"));
+    let out_dir = std::env::temp_dir().join(unique("redlatch-bench-test"));
     within(Duration::from_secs(180), async {
         let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
         let dir = out_dir

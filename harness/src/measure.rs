@@ -1,7 +1,6 @@
-//! What the contention figures are made of, shared by the benchmark (`bench.rs`) and the
+//! What the contention figures are made of, shared by the benchmark (`redlatch bench`) and the
 //! demonstration (`examples/contention.rs`): task loops, the raw-script reference, request
 //! counts from `INFO commandstats`, and the machine's CPU accounting.
-#![allow(dead_code, unreachable_pub)]
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -14,7 +13,9 @@ use std::time::{Duration, Instant};
 use deadpool_redis::{Config, Pool, Runtime};
 use redis::aio::MultiplexedConnection;
 
+/// A result whose error is any error.
 pub type AnyResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+/// A boxed, sendable future.
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The `redis.call` commands of Lua sources, lowercased.
@@ -35,16 +36,16 @@ pub fn script_commands(sources: &[&str]) -> Vec<String> {
 
 /// redlatch's scripts.
 pub const LUA: &[&str] = &[
-    include_str!("../../../lua/v1/mutex_acquire.lua"),
-    include_str!("../../../lua/v1/mutex_release.lua"),
-    include_str!("../../../lua/v1/mutex_extend.lua"),
-    include_str!("../../../lua/v1/keys_lib.lua"),
-    include_str!("../../../lua/v1/queue_lib.lua"),
-    include_str!("../../../lua/v1/queue_acquire.lua"),
-    include_str!("../../../lua/v1/queue_release.lua"),
-    include_str!("../../../lua/v1/queue_extend.lua"),
-    include_str!("../../../lua/v1/inspect.lua"),
-    include_str!("../../../lua/v1/force_unlock.lua"),
+    include_str!("../../lua/v1/mutex_acquire.lua"),
+    include_str!("../../lua/v1/mutex_release.lua"),
+    include_str!("../../lua/v1/mutex_extend.lua"),
+    include_str!("../../lua/v1/keys_lib.lua"),
+    include_str!("../../lua/v1/queue_lib.lua"),
+    include_str!("../../lua/v1/queue_acquire.lua"),
+    include_str!("../../lua/v1/queue_release.lua"),
+    include_str!("../../lua/v1/queue_extend.lua"),
+    include_str!("../../lua/v1/inspect.lua"),
+    include_str!("../../lua/v1/force_unlock.lua"),
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -89,6 +90,7 @@ pub struct Waits {
 }
 
 impl Waits {
+    /// Room for `tasks` tasks, none waiting.
     pub fn new(tasks: usize) -> Self {
         Self {
             base: Instant::now(),
@@ -290,6 +292,7 @@ pub fn redact(url: &str) -> String {
 
 /// One task's hold on the lock of a contended run: how to take it and give it back.
 pub trait Contend: Send + Sync + 'static {
+    /// What holding the lock looks like.
     type Guard: Send + 'static;
     /// Waits for the lock as the library waits by default.
     fn take(&self) -> BoxFut<'_, AnyResult<Self::Guard>>;
@@ -300,10 +303,15 @@ pub trait Contend: Send + Sync + 'static {
 /// What a contended run measured.
 #[derive(Debug, Clone, Copy)]
 pub struct ContendedRun {
+    /// Acquisitions per second.
     pub per_s: f64,
+    /// Client commands per acquisition.
     pub requests_per_acq: f64,
+    /// Share of acquisitions by the task that held the lock before.
     pub retake_share: f64,
+    /// The longest wait for the lock.
     pub max_wait: Duration,
+    /// Jain's fairness index over the tasks' acquisition counts.
     pub jain: f64,
 }
 

@@ -1,9 +1,6 @@
 //! A redis-server process for tests, examples and benchmarks: started on a free loopback port
-//! (retrying on a port clash), killed on drop, and able to be killed, paused and restarted.
-//!
-//! Shared by `tests/`, `examples/` and `benches/` through `#[path]`, so it uses only the
-//! standard library.
-#![allow(dead_code, unreachable_pub)]
+//! (retrying on a port clash), killed on drop, and able to be killed, paused and restarted. It
+//! uses only the standard library.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,9 +2,9 @@
 //! starts itself (or the one `REDIS_URL` names):
 //!
 //! ```text
-//! cargo bench --bench contention --features cli            # full mode, about 15 minutes
-//! cargo bench --bench contention --features cli -- --quick # under 2 minutes
-//! cargo bench --bench contention --features cli -- --handoff-hold-ms 100
+//! cargo bench -p redlatch-cli --bench contention            # full mode, about 15 minutes
+//! cargo bench -p redlatch-cli --bench contention -- --quick # under 2 minutes
+//! cargo bench -p redlatch-cli --bench contention -- --handoff-hold-ms 100
 //! ```
 //!
 //! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
@@ -12,16 +12,11 @@
 //! 1 ms for both (rslock draws its delay from `0..delay`, which is empty at 0; distkit treats 0
 //! as "one attempt, no waiting").
 
-#[path = "../tests/support/server.rs"]
-mod server;
-
-#[path = "../src/bin/redlatch/bench.rs"]
-mod bench;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench::{AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library};
+use redlatch_cli::bench::{self, AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library};
+use redlatch_harness::server;
 
 /// rslock: Redlock over one server here; `acquire` loops over `lock`, which makes 3 tries with
 /// a random pause of up to `retry_delay` (default 200 ms) between them.

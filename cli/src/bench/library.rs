@@ -1,0 +1,179 @@
+//! The libraries under test, as the scenarios see them: a client ([`Library`]) makes a handle
+//! per task ([`Contender`]) that takes a lock ([`Hold`]). redlatch's primitives are here; the
+//! Rust peers are added by `benches/contention.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::{Config, Runtime};
+use redlatch::LockClient;
+use redlatch_harness::measure::{AnyResult, BoxFut, Contend, LUA, script_commands};
+
+/// A lock library, as one client (a stand-in for one process) sees it.
+pub trait Library: Send + Sync {
+    /// A handle on the lock `name` for one task. `lease` overrides the library's default (and
+    /// its renewal, where it has one) for holders that must stay quiet.
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>>;
+}
+
+/// One task's handle on one lock.
+pub trait Contender: Send + Sync {
+    /// Waits for the lock as the library waits by default.
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>>;
+}
+
+/// A held lock.
+pub trait Hold: Send {
+    /// Releases it and waits for the answer.
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>>;
+}
+
+/// Makes a new client of a library: a stand-in for another process.
+pub type Connect = Arc<dyn Fn() -> BoxFut<'static, AnyResult<Arc<dyn Library>>> + Send + Sync>;
+
+/// One library configuration under test.
+#[derive(Clone)]
+pub struct Entry {
+    /// Its name in the JSON (`library`).
+    pub name: &'static str,
+    /// Makes a new client of it.
+    pub connect: Connect,
+    /// Commands its scripts run inside Redis: not requests of their own.
+    pub script_commands: Vec<String>,
+    /// Key namespaces it writes to besides `{prefix}:` (keys `{namespace}:...`), deleted with
+    /// the bench's own keys at the end of a run.
+    pub namespaces: Vec<String>,
+}
+
+/// Which redlatch primitive an entry runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Primitive {
+    /// `Mutex`.
+    Mutex,
+    /// `FairMutex`.
+    Fair,
+    /// A semaphore of this many permits; each acquisition takes one.
+    Semaphore(u32),
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Redlatch {
+    client: LockClient,
+    primitive: Primitive,
+}
+
+/// A redlatch client on its own pool.
+pub fn redlatch_client(url: &str, prefix: &str) -> AnyResult<LockClient> {
+    let mut config = Config::from_url(url);
+    config.pool = Some(deadpool_redis::PoolConfig::new(64));
+    let pool = config.create_pool(Some(Runtime::Tokio1))?;
+    Ok(LockClient::builder(pool, url).key_prefix(prefix).build()?)
+}
+
+/// A redlatch primitive as a benchmark entry.
+pub fn redlatch_entry(name: &'static str, url: &str, prefix: &str, primitive: Primitive) -> Entry {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+    Entry {
+        name,
+        connect: Arc::new(move || {
+            let (url, prefix) = (url.clone(), prefix.clone());
+            Box::pin(async move {
+                let client = redlatch_client(&url, &prefix)?;
+                Ok(Arc::new(Redlatch { client, primitive }) as Arc<dyn Library>)
+            })
+        }),
+        script_commands: script_commands(LUA),
+        namespaces: Vec::new(),
+    }
+}
+
+/// redlatch's entries: the mutex, the fair mutex and a semaphore of one permit.
+pub fn redlatch_entries(url: &str, prefix: &str) -> Vec<Entry> {
+    vec![
+        redlatch_entry("redlatch-mutex", url, prefix, Primitive::Mutex),
+        redlatch_entry("redlatch-fair", url, prefix, Primitive::Fair),
+        redlatch_entry("redlatch-semaphore", url, prefix, Primitive::Semaphore(1)),
+    ]
+}
+
+enum RedlatchHandle {
+    Mutex(redlatch::Mutex),
+    Fair(redlatch::FairMutex),
+    Semaphore(redlatch::Semaphore),
+}
+
+impl Library for Redlatch {
+    fn contender<'a>(
+        &'a self,
+        name: &'a str,
+        lease: Option<Duration>,
+    ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>> {
+        Box::pin(async move {
+            let handle = match (self.primitive, lease) {
+                (Primitive::Mutex, None) => RedlatchHandle::Mutex(self.client.mutex(name)?),
+                (Primitive::Mutex, Some(l)) => {
+                    RedlatchHandle::Mutex(self.client.mutex(name)?.with_lease(l)?)
+                }
+                (Primitive::Fair, None) => RedlatchHandle::Fair(self.client.fair_mutex(name)?),
+                (Primitive::Fair, Some(l)) => {
+                    RedlatchHandle::Fair(self.client.fair_mutex(name)?.with_lease(l)?)
+                }
+                (Primitive::Semaphore(n), None) => {
+                    RedlatchHandle::Semaphore(self.client.semaphore(name, n)?)
+                }
+                (Primitive::Semaphore(n), Some(l)) => {
+                    RedlatchHandle::Semaphore(self.client.semaphore(name, n)?.with_lease(l)?)
+                }
+            };
+            Ok(Box::new(handle) as Box<dyn Contender>)
+        })
+    }
+}
+
+impl Contender for RedlatchHandle {
+    fn lock(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        Box::pin(async move {
+            Ok(match self {
+                Self::Mutex(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
+                Self::Fair(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
+                Self::Semaphore(s) => Box::new(s.acquire().await?) as Box<dyn Hold>,
+            })
+        })
+    }
+}
+
+impl Hold for redlatch::MutexGuard {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::MutexGuard::unlock(*self).await?) })
+    }
+}
+
+impl Hold for redlatch::SemaphorePermit {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::SemaphorePermit::release(*self).await?) })
+    }
+}
+
+/// A bench contender in a contended run.
+impl Contend for Box<dyn Contender> {
+    type Guard = Box<dyn Hold>;
+
+    fn take(&self) -> BoxFut<'_, AnyResult<Box<dyn Hold>>> {
+        self.lock()
+    }
+
+    fn give_back(guard: Box<dyn Hold>) -> BoxFut<'static, AnyResult<()>> {
+        guard.release()
+    }
+}

@@ -1,0 +1,241 @@
+//! The contention benchmark, shared by `redlatch bench` and `cargo bench -p redlatch-cli --bench
+//! contention` (which adds the Rust peers): the scenarios, the libraries they run, the figures they take,
+//! and the table, JSON and chart they write.
+//!
+//! Every figure is the median of the repetitions (3 in full mode), taken figure by figure. The
+//! repetitions are rounds over every configuration, so a drift of the machine's speed over
+//! minutes falls on every library alike. The raw reference (redlatch's two mutex scripts by
+//! `EVALSHA`, no library logic) is measured at every task count of the uncontended scenario,
+//! and each uncontended figure is compared with the raw one of the same task count.
+//! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
+//! commands a library's scripts run inside Redis and the measurement's own `INFO`.
+
+mod chart;
+mod library;
+mod plan;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use redis::aio::MultiplexedConnection;
+pub use redlatch_harness::measure::{AnyResult, BoxFut, given_server_note};
+use redlatch_harness::measure::{cleanup, cpu_steal, raw_cycles};
+use serde_json::{Value, json};
+
+pub use library::{
+    Connect, Contender, Entry, Hold, Library, Primitive, redlatch_client, redlatch_entries,
+    redlatch_entry,
+};
+pub use plan::{Plan, parse_hold_ms};
+pub use report::Record;
+
+use chart::chart;
+use plan::Job;
+use report::{machine, median_record, print_table};
+use scenarios::{contended, handoff, idle, semaphore, uncontended, watchdog};
+
+/// Everything a run needs.
+#[derive(Debug)]
+pub struct Bench {
+    /// The server.
+    pub url: String,
+    /// The run's key prefix: everything under it is deleted at the end.
+    pub prefix: String,
+    /// How long and how much.
+    pub plan: Plan,
+    /// Entries that run scenarios 2 to 5.
+    pub entries: Vec<Entry>,
+    /// Entries that take part in the contended scenarios (the mutexes and the peers).
+    pub contended: Vec<&'static str>,
+    /// The directory for `contention.json` and `contention.svg`.
+    pub out_dir: PathBuf,
+    /// Whether the server is one the tool started for this run (`"server": "own"` in the JSON)
+    /// or one it was given (`"given"`).
+    pub own_server: bool,
+}
+
+impl Bench {
+    /// Every configuration, in the order of the table.
+    fn jobs(&self) -> Vec<Job<'_>> {
+        let plan = &self.plan;
+        let mut jobs: Vec<Job<'_>> = plan
+            .uncontended_tasks
+            .iter()
+            .map(|&t| Job::Raw(t))
+            .collect();
+        for entry in &self.entries {
+            jobs.extend(
+                plan.uncontended_tasks
+                    .iter()
+                    .map(|&t| Job::Uncontended(entry, t)),
+            );
+        }
+        jobs.extend(self.entries.iter().map(Job::Handoff));
+        for entry in self
+            .entries
+            .iter()
+            .filter(|e| self.contended.contains(&e.name))
+        {
+            for &tasks in &plan.contended_tasks {
+                for cs in [Duration::ZERO, Duration::from_millis(1)] {
+                    jobs.push(Job::Contended(entry, tasks, cs));
+                }
+            }
+        }
+        jobs.extend(self.entries.iter().map(Job::Idle));
+        jobs.extend([Job::Semaphore, Job::Watchdog]);
+        jobs
+    }
+
+    /// Runs every scenario, prints the table and writes the JSON and the chart. The bench's keys
+    /// are deleted at the end, also when a scenario failed.
+    pub async fn run(&self) -> AnyResult<Value> {
+        let mut conn = redis::Client::open(self.url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let plan = &self.plan;
+        let steal_before = cpu_steal();
+        let started = Instant::now();
+        let measured = self.measure_all(&mut conn).await;
+        if let Err(err) = self.cleanup(&mut conn).await {
+            eprintln!("warning: could not delete the bench's keys: {err}");
+        }
+        let mut records = measured?;
+
+        // Uncontended figures over the raw ones of the same task count.
+        let raw_at = |tasks: usize| {
+            records
+                .iter()
+                .find(|r| r.scenario == "raw" && r.tasks == tasks)
+                .map(|r| r.ops_per_s)
+        };
+        let of_raw: Vec<Option<f64>> = records
+            .iter()
+            .map(|r| {
+                (r.scenario == "uncontended")
+                    .then(|| raw_at(r.tasks))
+                    .flatten()
+                    .filter(|raw| *raw > 0.0)
+                    .map(|raw| r.ops_per_s / raw)
+            })
+            .collect();
+        for (r, ratio) in records.iter_mut().zip(of_raw) {
+            r.of_raw = ratio;
+        }
+        // The headline raw figure: at 32 tasks, or the most tasks measured.
+        let headline = records
+            .iter()
+            .filter(|r| r.scenario == "raw")
+            .max_by_key(|r| (r.tasks == 32, r.tasks));
+        let (raw_tasks, raw_cycles_per_s) = headline.map_or((0, 0.0), |r| (r.tasks, r.ops_per_s));
+
+        let steal_pct = steal_before
+            .zip(cpu_steal())
+            .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
+        let machine = machine(&mut conn).await;
+        print_table(&records);
+        println!(
+            "{} mode, {:.0} s, {} server; raw EVALSHA acquire+release, {raw_tasks} tasks: \
+             {raw_cycles_per_s:.0} cycles/s",
+            plan.mode,
+            started.elapsed().as_secs_f64(),
+            if self.own_server { "own" } else { "given" },
+        );
+        if let Some(pct) = steal_pct {
+            println!("CPU time the hypervisor took during the run (steal): {pct:.1}%");
+        }
+        let report = json!({
+            "mode": plan.mode,
+            "repetitions": plan.repetitions,
+            "seconds": started.elapsed().as_secs_f64(),
+            "server": if self.own_server { "own" } else { "given" },
+            "raw_cycles_per_s": raw_cycles_per_s,
+            "raw_tasks": raw_tasks,
+            "steal_pct": steal_pct,
+            "machine": machine,
+            "records": records.iter().map(Record::json).collect::<Vec<_>>(),
+        });
+        std::fs::create_dir_all(&self.out_dir)?;
+        let json_path = self.out_dir.join("contention.json");
+        std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
+        let svg_path = self.out_dir.join("contention.svg");
+        chart(&records, &svg_path)?;
+        println!("wrote {} and {}", json_path.display(), svg_path.display());
+        Ok(report)
+    }
+
+    /// Every job, repetition by repetition; the median record of each configuration.
+    async fn measure_all(&self, conn: &mut MultiplexedConnection) -> AnyResult<Vec<Record>> {
+        let plan = &self.plan;
+        let jobs = self.jobs();
+        let bar = ProgressBar::new((plan.repetitions * jobs.len()) as u64);
+        bar.set_style(ProgressStyle::with_template(
+            "{spinner} [{bar:30}] {pos}/{len} {msg} {elapsed}",
+        )?);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let semaphore_entry = redlatch_entry(
+            "redlatch-semaphore",
+            &self.url,
+            &self.prefix,
+            Primitive::Semaphore(8),
+        );
+        // Repetition by repetition over every job, so that a machine whose speed drifts over
+        // minutes (a shared virtual machine) slows every library alike.
+        let mut runs: Vec<Vec<Record>> = vec![Vec::new(); jobs.len()];
+        for _ in 0..plan.repetitions {
+            for (job, out) in jobs.iter().zip(&mut runs) {
+                bar.set_message(job.label(plan));
+                let record = match *job {
+                    Job::Raw(tasks) => raw_cycles(&self.url, &self.prefix, tasks, plan.phase)
+                        .await
+                        .map(|ops_per_s| Record {
+                            scenario: "raw",
+                            library: "raw-evalsha",
+                            tasks,
+                            ops_per_s,
+                            ..Record::default()
+                        }),
+                    Job::Uncontended(entry, tasks) => uncontended(entry, tasks, plan.phase).await,
+                    Job::Handoff(entry) => handoff(entry, plan).await,
+                    Job::Contended(entry, tasks, cs) => {
+                        contended(entry, conn, tasks, cs, plan).await
+                    }
+                    Job::Idle(entry) => idle(entry, conn, plan).await,
+                    Job::Semaphore => semaphore(&semaphore_entry, conn, 64, plan).await,
+                    Job::Watchdog => watchdog(&self.url, &self.prefix, conn, plan).await,
+                };
+                let record = match record {
+                    Ok(record) => record,
+                    Err(err) => {
+                        bar.finish_and_clear();
+                        return Err(format!("{}: {err}", job.label(plan)).into());
+                    }
+                };
+                out.push(record);
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(runs
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .map(median_record)
+            .collect())
+    }
+
+    /// Deletes every key of the run: the bench's prefix and the entries' other namespaces.
+    async fn cleanup(&self, conn: &mut MultiplexedConnection) -> AnyResult<()> {
+        cleanup(conn, &self.prefix).await?;
+        let mut namespaces: Vec<&String> =
+            self.entries.iter().flat_map(|e| &e.namespaces).collect();
+        namespaces.sort();
+        namespaces.dedup();
+        for namespace in namespaces {
+            cleanup(conn, namespace).await?;
+        }
+        Ok(())
+    }
+}

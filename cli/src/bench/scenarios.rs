@@ -1,0 +1,302 @@
+//! The scenarios: each measures one configuration and returns its [`Record`].
+
+use std::error::Error;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::{Config, Runtime};
+use redis::aio::MultiplexedConnection;
+use redlatch::LockClient;
+use redlatch_harness::measure::{
+    AnyResult, LUA, commandstats, contended_run, handoff_run, loop_tasks, process_cpu, requests,
+    script_commands,
+};
+
+use super::library::{Contender, Entry};
+use super::plan::Plan;
+use super::report::Record;
+
+/// `tasks` tasks of one client, each on a name of its own: lock and release in a loop.
+pub(crate) async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) -> AnyResult<Record> {
+    let lib = (entry.connect)().await?;
+    let run = format!("u{}", fastrand::u32(..));
+    let mut contenders = Vec::new();
+    for t in 0..tasks {
+        contenders.push(Arc::from(lib.contender(&format!("{run}-{t}"), None).await?));
+    }
+    let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
+    let ops = loop_tasks(tasks, phase, move |task| {
+        let c = Arc::clone(&contenders[task]);
+        Box::pin(async move { c.lock().await?.release().await })
+    })
+    .await?;
+    Ok(Record {
+        scenario: "uncontended",
+        library: entry.name,
+        tasks,
+        ops_per_s: ops,
+        ..Record::default()
+    })
+}
+
+/// One holder and one waiter, in two clients, taking turns. The holder waits until the other
+/// task is inside `lock()`, holds a random `hold` more (1 to 5 ms by default), and releases;
+/// the sample is the time from the start of the release to the waiter's `lock()` returning.
+/// The releaser asks again only after the other task has the lock, so every sample is a
+/// hand-off to a different task that was already blocked.
+///
+/// With holds of a few ms, a waiter that polls at a fixed interval (distkit: 50 ms) is always
+/// released just after its first attempt and waits almost a whole interval; holds spread over
+/// more than the interval (`--handoff-hold-ms 100`) put the release at a random point of its
+/// cycle instead, at the price of longer idle gaps, which on a virtual machine make every
+/// wake-up slower.
+pub(crate) async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
+    let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
+    let name = format!("h{}", fastrand::u32(..));
+    // Two clients: stand-ins for two processes, kept until the run ends.
+    let (a, b) = ((entry.connect)().await?, (entry.connect)().await?);
+    let contenders = [
+        a.contender(&name, None).await?,
+        b.contender(&name, None).await?,
+    ];
+    let deadline = Instant::now() + plan.handoff_limit;
+    let h = handoff_run(contenders, plan.handoff_samples, hold_us, deadline).await?;
+    drop((a, b));
+    let mean_s = h.mean() / 1e6;
+    Ok(Record {
+        scenario: "handoff",
+        library: entry.name,
+        tasks: 2,
+        ops_per_s: if mean_s > 0.0 { 1.0 / mean_s } else { 0.0 },
+        mean_us: Some(h.mean()),
+        hold_ms: Some(plan.handoff_hold_ms as f64),
+        samples: Some(h.len() as f64),
+        p50_us: Some(h.value_at_quantile(0.5) as f64),
+        p99_us: Some(h.value_at_quantile(0.99) as f64),
+        max_us: Some(h.max() as f64),
+        max_wait_ms: Some(h.max() as f64 / 1000.0),
+        ..Record::default()
+    })
+}
+
+/// `tasks` tasks of one client looping on one name, measured for a phase after a warm-up
+/// ([`contended_run`]).
+pub(crate) async fn contended(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    tasks: usize,
+    critical: Duration,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let lib = (entry.connect)().await?;
+    let name = format!("c{}", fastrand::u32(..));
+    let mut contenders = Vec::new();
+    for _ in 0..tasks {
+        contenders.push(lib.contender(&name, None).await?);
+    }
+    let run = contended_run(
+        conn,
+        contenders,
+        critical,
+        plan.warm_up,
+        plan.phase,
+        &entry.script_commands,
+    )
+    .await?;
+    drop(lib);
+    Ok(Record {
+        scenario: if critical.is_zero() {
+            "contended"
+        } else {
+            "contended-1ms"
+        },
+        library: entry.name,
+        tasks,
+        ops_per_s: run.per_s,
+        max_wait_ms: Some(run.max_wait.as_secs_f64() * 1000.0),
+        jain: Some(run.jain),
+        requests_per_acq: Some(run.requests_per_acq),
+        retake_share: Some(run.retake_share),
+        critical_section_ms: Some(critical.as_secs_f64() * 1000.0),
+        ..Record::default()
+    })
+}
+
+/// `waiters` tasks of one client blocked on a name another client holds (with a long fixed
+/// lease, so the holder sends nothing): the requests per second they cause.
+pub(crate) async fn idle(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let name = format!("i{}", fastrand::u32(..));
+    let holder_lib = (entry.connect)().await?;
+    let holder = holder_lib
+        .contender(&name, Some(Duration::from_secs(300)))
+        .await?
+        .lock()
+        .await?;
+    let lib = (entry.connect)().await?;
+    let mut waiters = Vec::new();
+    for _ in 0..plan.idle_waiters {
+        let contender = lib.contender(&name, None).await?;
+        waiters.push(tokio::spawn(async move {
+            let hold = contender.lock().await?;
+            hold.release().await
+        }));
+    }
+    // Let them settle: subscribe, queue, make their first attempts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = commandstats(conn).await?;
+    let started = Instant::now();
+    tokio::time::sleep(plan.idle_window).await;
+    let after = commandstats(conn).await?;
+    let elapsed = started.elapsed();
+    for w in &waiters {
+        w.abort();
+    }
+    holder.release().await?;
+    drop((lib, holder_lib));
+    Ok(Record {
+        scenario: "idle",
+        library: entry.name,
+        tasks: plan.idle_waiters,
+        ops_per_s: requests(&before, &after, &entry.script_commands) as f64 / elapsed.as_secs_f64(),
+        ..Record::default()
+    })
+}
+
+/// `tasks` tasks over two clients looping on one semaphore (one yield while holding).
+pub(crate) async fn semaphore(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    tasks: usize,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let name = format!("s{}", fastrand::u32(..));
+    let libs = [(entry.connect)().await?, (entry.connect)().await?];
+    let out = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut contenders = Vec::new();
+    for t in 0..tasks {
+        contenders.push(Arc::from(libs[t % 2].contender(&name, None).await?));
+    }
+    let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
+    let before = commandstats(conn).await?;
+    let counted = Arc::new(AtomicU64::new(0));
+    let (out2, most2, counted2) = (Arc::clone(&out), Arc::clone(&most), Arc::clone(&counted));
+    let ops = loop_tasks(tasks, plan.phase, move |task| {
+        let c = Arc::clone(&contenders[task]);
+        let (out, most, counted) = (Arc::clone(&out2), Arc::clone(&most2), Arc::clone(&counted2));
+        Box::pin(async move {
+            let hold = c.lock().await?;
+            let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            out.fetch_sub(1, Ordering::SeqCst);
+            hold.release().await?;
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    })
+    .await?;
+    let after = commandstats(conn).await?;
+    let acquisitions = counted.load(Ordering::Relaxed) as f64;
+    Ok(Record {
+        scenario: "semaphore",
+        library: entry.name,
+        tasks,
+        ops_per_s: ops,
+        requests_per_acq: Some(
+            requests(&before, &after, &entry.script_commands) as f64 / acquisitions.max(1.0),
+        ),
+        most_out: Some(most.load(Ordering::SeqCst) as f64),
+        ..Record::default()
+    })
+}
+
+/// Many guards held at once on one client: the renewal requests per second, and the client
+/// process's CPU while it does nothing else. The guards are released (and the releases
+/// awaited) after the window, so that none of their work falls into the next job.
+pub(crate) async fn watchdog(
+    url: &str,
+    prefix: &str,
+    conn: &mut MultiplexedConnection,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    use futures_util::StreamExt;
+
+    let mut config = Config::from_url(url);
+    config.pool = Some(deadpool_redis::PoolConfig::new(64));
+    let client = LockClient::builder(config.create_pool(Some(Runtime::Tokio1))?, url)
+        .key_prefix(prefix)
+        .default_lease(plan.watchdog_lease)
+        .build()?;
+    let run = format!("w{}", fastrand::u32(..));
+    let mut guards = Vec::with_capacity(plan.watchdog_guards);
+    let mut failed = None;
+    for chunk in (0..plan.watchdog_guards).collect::<Vec<_>>().chunks(256) {
+        let locks = chunk.iter().map(|i| {
+            let mutex = client.mutex(&format!("{run}-{i}"));
+            async move { mutex?.lock().await }
+        });
+        for guard in futures_util::future::join_all(locks).await {
+            match guard {
+                Ok(guard) => guards.push(guard),
+                Err(err) => failed = Some(err),
+            }
+        }
+        if failed.is_some() {
+            break;
+        }
+    }
+    let window = async {
+        if let Some(err) = failed {
+            return Err(Box::new(err) as Box<dyn Error + Send + Sync>);
+        }
+        // The window opens as soon as the last guard is held, so the first renewals (due a
+        // third of the lease after each acquisition) may fall early in it; over a window of
+        // whole renewal periods every guard is renewed about window / (lease / 3) times.
+        let before = commandstats(conn).await?;
+        let cpu_before = process_cpu();
+        let started = Instant::now();
+        tokio::time::sleep(plan.watchdog_window).await;
+        let after = commandstats(conn).await?;
+        let cpu_after = process_cpu();
+        let elapsed = started.elapsed().as_secs_f64();
+        let cpu = cpu_after
+            .zip(cpu_before)
+            .map(|(after, before)| 100.0 * (after - before) / elapsed);
+        let renewals = requests(&before, &after, &script_commands(LUA)) as f64 / elapsed;
+        Ok((renewals, cpu))
+    }
+    .await;
+    let total = guards.len();
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    // Outside the window, and whatever happened in it: every release sent and answered before
+    // the job ends.
+    let released: Vec<redlatch::Result<()>> = futures_util::stream::iter(guards)
+        .filter(|g| std::future::ready(g.is_held()))
+        .map(redlatch::MutexGuard::unlock)
+        .buffer_unordered(256)
+        .collect()
+        .await;
+    drop(client);
+    let (ops_per_s, cpu_pct) = window?;
+    if lost > 0 {
+        return Err(format!("{lost} of {total} guards lost their lease").into());
+    }
+    if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
+        return Err(format!("releasing the guards: {err}").into());
+    }
+    Ok(Record {
+        scenario: "watchdog",
+        library: "redlatch-mutex",
+        tasks: plan.watchdog_guards,
+        ops_per_s,
+        cpu_pct,
+        lease_ms: Some(plan.watchdog_lease.as_secs_f64() * 1000.0),
+        ..Record::default()
+    })
+}

@@ -1,0 +1,16 @@
+//! What redlatch's tests, benchmarks, examples and command-line tool share, without depending on
+//! redlatch itself:
+//!
+//! * [`server`]: a `redis-server` process on a free loopback port, killed on drop, that a test
+//!   can kill, pause and restart;
+//! * [`TestServer`]: a server for one test (or the one `REDIS_URL` names) with a key prefix no
+//!   other test uses, and helpers to look at what is left in Redis;
+//! * [`measure`]: the loops the contention figures are made of (task loops, contended runs,
+//!   hand-offs, the raw-script reference, request counts and CPU accounting).
+
+pub mod measure;
+pub mod server;
+mod test_server;
+
+pub use server::RedisServer;
+pub use test_server::{TestServer, crashing, racy_increment, unique, until, within};
