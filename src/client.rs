@@ -5,19 +5,14 @@ use std::time::Duration;
 
 use deadpool_redis::Pool;
 use redis::IntoConnectionInfo;
-use tokio::sync::watch;
 
-use crate::backend::Node;
-use crate::config::Config;
+use crate::config::{Config, FENCE_TTL, millis};
+use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::fair::FairMutex;
 use crate::inspect::{ForceUnlocked, Snapshot};
-use crate::lease::Tasks;
-use crate::mutex::Mutex;
-use crate::notify::Notifier;
-use crate::rwlock::RwLock;
-use crate::semaphore::Semaphore;
-use crate::token::OwnerToken;
+use crate::key::LockKeys;
+use crate::protocol::admin;
+use crate::sync::{FairMutex, Mutex, RwLock, Semaphore};
 
 /// The entry point: a cheap, cloneable handle to one Redis server and the background work that
 /// serves every lock made from it.
@@ -50,21 +45,7 @@ use crate::token::OwnerToken;
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    /// Names this client in Redis queues: a waiter's place starts with it, so the places of a
-    /// client that is gone can be found and removed together.
-    pub(crate) id: String,
-    /// Waits for carried owner tokens at queued primitives take turns here.
-    pub(crate) turns: crate::queue::Turns,
-    pub(crate) node: Arc<Node>,
-    pub(crate) tasks: Tasks,
-    /// Dropping this stops the subscription task.
-    _shutdown: watch::Sender<()>,
+    core: Arc<Core>,
 }
 
 impl LockClient {
@@ -141,7 +122,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new(self.clone(), name)
+        Mutex::new(Arc::clone(&self.core), name)
     }
 
     /// A handle to the fair (FIFO) mutex called `name`.
@@ -156,7 +137,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
-        FairMutex::new(self.clone(), name)
+        FairMutex::new(Arc::clone(&self.core), name)
     }
 
     /// A handle to the counting semaphore called `name`, with `permits` permits. Every client
@@ -174,7 +155,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::new(self.clone(), name, permits)
+        Semaphore::new(Arc::clone(&self.core), name, permits)
     }
 
     /// A handle to the read-write lock called `name`.
@@ -189,7 +170,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        RwLock::new(self.clone(), name)
+        RwLock::new(Arc::clone(&self.core), name)
     }
 
     /// Reads the state of `name`, whatever primitive it is in use as: holders with their hold
@@ -214,7 +195,11 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, name: &str) -> Result<Snapshot> {
-        crate::inspect::inspect(self, name).await
+        let keys = LockKeys::new(&self.core.config.prefix, name)?;
+        self.core
+            .backend
+            .run(&admin::Inspect { name, keys: &keys })
+            .await
     }
 
     /// Ends every hold and queue place of `name` at once, whatever primitive it is in use as:
@@ -241,7 +226,14 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn force_unlock(&self, name: &str) -> Result<ForceUnlocked> {
-        crate::inspect::force_unlock(self, name).await
+        let keys = LockKeys::new(&self.core.config.prefix, name)?;
+        self.core
+            .backend
+            .run(&admin::ForceUnlock {
+                keys: &keys,
+                fence_ttl_ms: millis(FENCE_TTL),
+            })
+            .await
     }
 
     /// The prefix of every key this client writes.
@@ -252,7 +244,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn key_prefix(&self) -> &str {
-        &self.inner.config.prefix
+        &self.core.config.prefix
     }
 }
 
@@ -394,20 +386,9 @@ impl LockClientBuilder {
                 "a LockClient must be built inside a tokio runtime",
             ));
         }
-        let subscriber = redis::Client::open(server)?;
-        let (shutdown, stopped) = watch::channel(());
-        let notifier = Notifier::spawn(subscriber, stopped);
-        let node = Arc::new(Node::new(self.pool, notifier));
-        let tasks = Tasks::spawn(Arc::clone(&node));
+        let server = redis::Client::open(server)?;
         Ok(LockClient {
-            inner: Arc::new(Inner {
-                config: self.config,
-                id: OwnerToken::new().short_id(),
-                turns: Default::default(),
-                node,
-                tasks,
-                _shutdown: shutdown,
-            }),
+            core: Core::single(self.config, self.pool, server),
         })
     }
 }

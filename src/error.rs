@@ -22,7 +22,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// fn retry_later(err: &Error) -> bool {
 ///     matches!(err, Error::Timeout { .. } | Error::Pool(_) | Error::Redis(_))
 /// }
-/// assert!(retry_later(&Error::Timeout { waited: std::time::Duration::from_secs(1) }));
+/// let busy = Error::Timeout { waited: std::time::Duration::from_secs(1), lease_left: None };
+/// assert!(retry_later(&busy));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -35,11 +36,16 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
-    /// The wait for the lock ran past its deadline.
+    /// The wait for the lock ran past its deadline. A zero timeout tries once (without
+    /// queueing) and ends here when the lock is busy.
     #[error("timed out after {waited:?} waiting to acquire")]
     Timeout {
         /// How long the caller asked to wait.
         waited: Duration,
+        /// How long the holder's lease had left when the wait gave up, as last heard from
+        /// Redis (for a queued primitive: until the earliest lease of the name could end);
+        /// `None` when unknown. When it is worth trying again: a `Retry-After`.
+        lease_left: Option<Duration>,
     },
     /// The caller does not hold the lock (any more): its lease ran out, the key was deleted, or
     /// another owner holds it now. Nothing was changed in Redis.
@@ -163,7 +169,7 @@ impl Error {
     /// succeed.
     ///
     /// ```
-    /// let err = redlatch::Error::Timeout { waited: std::time::Duration::ZERO };
+    /// let err = redlatch::Error::Timeout { waited: std::time::Duration::ZERO, lease_left: None };
     /// assert!(!err.is_connection());
     /// ```
     pub fn is_connection(&self) -> bool {
@@ -190,6 +196,7 @@ mod tests {
             Error::invalid("name", "must not be empty"),
             Error::Timeout {
                 waited: Duration::from_millis(5),
+                lease_left: None,
             },
             Error::NotHeld { name: "a".into() },
         ];

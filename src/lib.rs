@@ -68,38 +68,34 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
+mod acquire;
 mod backend;
 mod client;
 mod config;
+mod core;
 mod error;
-mod fair;
 mod inspect;
 mod key;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod layer;
 mod lease;
-mod mutex;
 mod notify;
-mod queue;
-mod rwlock;
-mod scripts;
-mod semaphore;
+mod protocol;
+mod sync;
 mod time;
 mod token;
-mod wait;
-mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
-pub use fair::FairMutex;
 pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};
-pub use lease::Lost;
-pub use mutex::{Mutex, MutexGuard};
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{Semaphore, SemaphorePermit};
+pub use lease::{HoldView, Lost};
+pub use sync::{
+    FairMutex, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore,
+    SemaphorePermit,
+};
 pub use token::OwnerToken;
 
 /// The `deadpool-redis` this crate is built against, so the pool you pass matches.

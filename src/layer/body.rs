@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use super::future::Taken;
 use super::{BoxError, LayerError};
-use crate::lease::Lost;
+use crate::Lost;
 
 pin_project! {
     /// The response body of a layered service: the inner service's body, which also keeps the

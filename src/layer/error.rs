@@ -4,7 +4,19 @@ use std::time::Duration;
 
 use http::{HeaderValue, StatusCode, header};
 
-use super::{BoxError, HoldBody};
+use super::HoldBody;
+
+/// The error type of the services: a [`LayerError`] or the inner service's error, boxed.
+///
+/// ```
+/// use redlatch::layer::{BoxError, LayerError};
+///
+/// fn is_busy(err: &BoxError) -> bool {
+///     matches!(err.downcast_ref::<LayerError>(), Some(LayerError::Busy { .. }))
+/// }
+/// assert!(!is_busy(&BoxError::from("inner failure")));
+/// ```
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a request was not served under its lock or permit. The services' errors downcast to it
 /// (`err.downcast_ref::<LayerError>()`); with `respond_with_status` it becomes a response

@@ -10,13 +10,9 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::{HoldBody, LayerError, OnError, OnLost, Policy, RequestHold, Wait};
-use crate::client::LockClient;
-use crate::lease::{Held, Lost};
-use crate::mutex::MutexGuard;
-use crate::semaphore::SemaphorePermit;
-use crate::token::OwnerToken;
-use crate::wait::{Attempt, Claim};
+use super::options::{Options, Target, Wait};
+use super::{HoldBody, LayerError, OnError, OnLost, RequestHold};
+use crate::{HoldView, LockClient, Lost, MutexGuard, OwnerToken, SemaphorePermit};
 
 /// The response future of the layered services. It takes the lock (or permit), calls the inner
 /// service, and lets the hold go when it completes (or, with `hold_until_body_end`, hands it to
@@ -66,15 +62,6 @@ impl<T> Future for ResponseFuture<T> {
     }
 }
 
-/// What a layer takes for each request.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Target {
-    Mutex,
-    FairMutex,
-    /// One permit of a semaphore with this many.
-    Permit(u32),
-}
-
 /// A lock or permit held for a request.
 pub(crate) enum Taken {
     Lock(MutexGuard),
@@ -82,19 +69,25 @@ pub(crate) enum Taken {
 }
 
 impl Taken {
-    fn held(&self) -> &Held {
+    fn view(&self) -> HoldView {
         match self {
-            Self::Lock(guard) => guard.held(),
-            Self::Permit(permit) => permit.held(),
+            Self::Lock(guard) => guard.view(),
+            Self::Permit(permit) => permit.view(),
         }
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.held().hold().name
+        match self {
+            Self::Lock(guard) => guard.name(),
+            Self::Permit(permit) => permit.name(),
+        }
     }
 
     pub(crate) fn lost(&self) -> Lost {
-        self.held().lost()
+        match self {
+            Self::Lock(guard) => guard.lost(),
+            Self::Permit(permit) => permit.lost(),
+        }
     }
 }
 
@@ -111,95 +104,62 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// Takes the lock or permit with the timed verbs of the public API: fail-fast is a zero
+    /// timeout (one attempt, no queueing), and a timeout says how long the holder's lease had
+    /// left, for `Retry-After`.
     async fn acquire(&self) -> Result<Taken, LayerError> {
-        let failed = |source| LayerError::Acquire {
-            name: self.name.clone(),
-            source,
+        let limit = match self.wait {
+            Wait::FailFast => Duration::ZERO,
+            Wait::Timeout(limit) => limit,
         };
+        let client = &self.client;
+        let name = self.name.as_str();
+        let result: crate::Result<Taken> = async {
+            Ok(match (self.target, &self.owner) {
+                (Target::Mutex, None) => {
+                    Taken::Lock(client.mutex(name)?.lock_timeout(limit).await?)
+                }
+                (Target::Mutex, Some(owner)) => {
+                    Taken::Lock(client.mutex(name)?.lock_as_timeout(owner, limit).await?)
+                }
+                (Target::FairMutex, None) => {
+                    Taken::Lock(client.fair_mutex(name)?.lock_timeout(limit).await?)
+                }
+                (Target::FairMutex, Some(owner)) => Taken::Lock(
+                    client
+                        .fair_mutex(name)?
+                        .lock_as_timeout(owner, limit)
+                        .await?,
+                ),
+                (Target::Permit(permits), _) => Taken::Permit(
+                    client
+                        .semaphore(name, permits)?
+                        .acquire_timeout(limit)
+                        .await?,
+                ),
+            })
+        }
+        .await;
         let permit = matches!(self.target, Target::Permit(_));
-        match self.wait {
-            Wait::FailFast => match self.attempt().await.map_err(failed)? {
-                Attempt::Acquired(taken) => Ok(taken),
-                Attempt::Busy(retry_after) => Err(LayerError::Busy {
+        match result {
+            Ok(taken) => Ok(taken),
+            Err(crate::Error::Timeout { lease_left, .. }) => Err(match self.wait {
+                Wait::FailFast => LayerError::Busy {
                     name: self.name.clone(),
                     permit,
-                    retry_after,
-                }),
-            },
-            Wait::Timeout(limit) => match self.wait_up_to(limit).await {
-                Ok(taken) => Ok(taken),
-                // One more attempt tells how long the holder's lease has left (and takes the
-                // lock if it has just come free).
-                Err(crate::Error::Timeout { .. }) => match self.attempt().await.map_err(failed)? {
-                    Attempt::Acquired(taken) => Ok(taken),
-                    Attempt::Busy(retry_after) => Err(LayerError::TimedOut {
-                        name: self.name.clone(),
-                        permit,
-                        waited: limit,
-                        retry_after,
-                    }),
+                    retry_after: lease_left,
                 },
-                Err(err) => Err(failed(err)),
-            },
-        }
-    }
-
-    /// One attempt without waiting.
-    async fn attempt(&self) -> crate::Result<Attempt<Taken>> {
-        let (owner, claim) = match self.owner {
-            Some(owner) => (owner, Claim::As),
-            None => (OwnerToken::new(), Claim::New),
-        };
-        Ok(match self.target {
-            Target::Mutex => self
-                .client
-                .mutex(&self.name)?
-                .try_attempt(owner, claim)
-                .await?
-                .map(Taken::Lock),
-            Target::FairMutex => self
-                .client
-                .fair_mutex(&self.name)?
-                .try_attempt(owner, claim)
-                .await?
-                .map(Taken::Lock),
-            Target::Permit(permits) => self
-                .client
-                .semaphore(&self.name, permits)?
-                .try_attempt(1)
-                .await?
-                .map(Taken::Permit),
-        })
-    }
-
-    async fn wait_up_to(&self, limit: Duration) -> crate::Result<Taken> {
-        let timed_out = |_| crate::Error::Timeout { waited: limit };
-        match (self.target, &self.owner) {
-            (Target::Mutex, None) => Ok(Taken::Lock(
-                self.client.mutex(&self.name)?.lock_timeout(limit).await?,
-            )),
-            (Target::Mutex, Some(owner)) => {
-                let mutex = self.client.mutex(&self.name)?;
-                let guard = tokio::time::timeout(limit, mutex.lock_as(owner)).await;
-                Ok(Taken::Lock(guard.map_err(timed_out)??))
-            }
-            (Target::FairMutex, None) => Ok(Taken::Lock(
-                self.client
-                    .fair_mutex(&self.name)?
-                    .lock_timeout(limit)
-                    .await?,
-            )),
-            (Target::FairMutex, Some(owner)) => {
-                let mutex = self.client.fair_mutex(&self.name)?;
-                let guard = tokio::time::timeout(limit, mutex.lock_as(owner)).await;
-                Ok(Taken::Lock(guard.map_err(timed_out)??))
-            }
-            (Target::Permit(permits), _) => Ok(Taken::Permit(
-                self.client
-                    .semaphore(&self.name, permits)?
-                    .acquire_timeout(limit)
-                    .await?,
-            )),
+                Wait::Timeout(waited) => LayerError::TimedOut {
+                    name: self.name.clone(),
+                    permit,
+                    waited,
+                    retry_after: lease_left,
+                },
+            }),
+            Err(source) => Err(LayerError::Acquire {
+                name: self.name.clone(),
+                source,
+            }),
         }
     }
 }
@@ -213,7 +173,7 @@ pub(crate) fn respond<S, ReqB, ResB, R>(
     mut inner: S,
     mut request: Request<ReqB>,
     plan: Plan,
-    policy: Policy,
+    options: &Options,
 ) -> ResponseFuture<Result<Response<HoldBody<ResB>>, R::Error>>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
@@ -222,7 +182,8 @@ where
     ResB: Send + 'static,
     R: OnError<S::Error, ResB>,
 {
-    let cancel = policy.on_lost == OnLost::Cancel;
+    let cancel = options.on_lost == OnLost::Cancel;
+    let hold_body = options.hold_body;
     let future = async move {
         let job = match plan {
             Ok(Some(job)) => job,
@@ -242,7 +203,7 @@ where
         };
         request
             .extensions_mut()
-            .insert(RequestHold::new(taken.held(), owner));
+            .insert(RequestHold::new(taken.view(), owner));
         let call = inner.call(request);
         let response = if cancel {
             let lost = taken.lost();
@@ -260,7 +221,7 @@ where
         let response = response.map_err(R::inner_error)?;
         // Without `hold_until_body_end`, `taken` is dropped here and released in the
         // background: the hold ends with the response head.
-        let hold = policy.hold_body.then_some(taken);
+        let hold = hold_body.then_some(taken);
         Ok(response.map(|body| HoldBody::new(body, hold, cancel)))
     };
     ResponseFuture {

@@ -4,13 +4,13 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
 
-use http::{HeaderName, Request, Response};
+use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Job, Plan, Target, respond};
-use super::{Errors, HoldBody, LayerError, MakeLockName, OnError, Policy, ResponseFuture};
-use crate::client::LockClient;
-use crate::token::OwnerToken;
+use super::future::{Job, Plan, respond};
+use super::options::Options;
+use super::{Errors, HoldBody, LayerError, MakeLockName, OnError, ResponseFuture};
+use crate::{LockClient, OwnerToken};
 
 /// The service made by [`LockLayer`](super::LockLayer) and [`PermitLayer`](super::PermitLayer):
 /// serves each request under a lock or permit named by `M`.
@@ -44,28 +44,17 @@ pub struct HoldService<S, M, R = Errors> {
     inner: S,
     client: LockClient,
     make_name: M,
-    target: Target,
-    policy: Policy,
-    reentry: Option<HeaderName>,
+    options: Options,
     respond: PhantomData<fn() -> R>,
 }
 
 impl<S, M, R> HoldService<S, M, R> {
-    pub(crate) fn new(
-        inner: S,
-        client: LockClient,
-        make_name: M,
-        target: Target,
-        policy: Policy,
-        reentry: Option<HeaderName>,
-    ) -> Self {
+    pub(crate) fn new(inner: S, client: LockClient, make_name: M, options: Options) -> Self {
         Self {
             inner,
             client,
             make_name,
-            target,
-            policy,
-            reentry,
+            options,
             respond: PhantomData,
         }
     }
@@ -110,7 +99,7 @@ impl<S, M, R> HoldService<S, M, R> {
         let Some(name) = self.make_name.make_lock_name(request) else {
             return Ok(None);
         };
-        let owner = match &self.reentry {
+        let owner = match &self.options.reentry {
             Some(header) => match request.headers().get(header) {
                 Some(value) => Some(
                     value
@@ -127,11 +116,11 @@ impl<S, M, R> HoldService<S, M, R> {
         };
         Ok(Some(Job {
             client: self.client.clone(),
-            target: self.target,
+            target: self.options.target,
             name,
-            wait: self.policy.wait,
+            wait: self.options.wait,
             owner,
-            show_owner: self.reentry.is_some(),
+            show_owner: self.options.reentry.is_some(),
         }))
     }
 }
@@ -142,9 +131,7 @@ impl<S: Clone, M: Clone, R> Clone for HoldService<S, M, R> {
             inner: self.inner.clone(),
             client: self.client.clone(),
             make_name: self.make_name.clone(),
-            target: self.target,
-            policy: self.policy,
-            reentry: self.reentry.clone(),
+            options: self.options.clone(),
             respond: PhantomData,
         }
     }
@@ -154,9 +141,7 @@ impl<S: fmt::Debug, M, R> fmt::Debug for HoldService<S, M, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HoldService")
             .field("inner", &self.inner)
-            .field("target", &self.target)
-            .field("policy", &self.policy)
-            .field("reentry", &self.reentry)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -183,6 +168,6 @@ where
         // The readied service goes with the request; this one keeps a fresh clone.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        respond::<S, ReqB, ResB, R>(inner, request, plan, self.policy)
+        respond::<S, ReqB, ResB, R>(inner, request, plan, &self.options)
     }
 }

@@ -1,5 +1,13 @@
-//! Leases: the state of one hold, the guard-side handle that registers it with the watchdog
-//! (`crate::watchdog`), and the queue that releases dropped holds.
+//! Leases: the state of one hold ([`Hold`]), the guard-side handle that registers it with the
+//! watchdog ([`Lease`]), what every guard carries ([`Held`]), the client's background tasks
+//! ([`Tasks`]: the [`watchdog`] and the [`release`] queue) and the loss signal ([`Lost`]).
+//!
+//! This layer renews and releases holds through the protocol's operations, never through a
+//! primitive: a hold knows its family and op, which say which script serves it.
+
+pub(crate) mod release;
+mod view;
+pub(crate) mod watchdog;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -8,94 +16,32 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::backend::Node;
-use crate::client::LockClient;
+pub use view::HoldView;
+
+use crate::backend::Backend;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::scripts::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT, foreign};
+use crate::protocol::{Family, Op, foreign};
 use crate::time::after;
 use crate::token::OwnerToken;
-use crate::watchdog::Watchdog;
+use watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Which primitive a hold belongs to, and so which scripts renew and release it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A plain [`Mutex`](crate::Mutex) hold: the `mutex_*` scripts.
-    Mutex,
-    /// A hold, or a waiter's place in the queue, of a primitive run by the `queue_*` scripts.
-    Queued(Family, Op),
-}
-
-impl Kind {
-    /// The layout tag the kind's scripts read and write.
-    pub(crate) fn layout(self) -> &'static str {
-        match self {
-            Self::Mutex => MUTEX_LAYOUT,
-            Self::Queued(family, _) => family.layout(),
-        }
-    }
-}
-
-/// The primitives the queue scripts run; each stores its own layout tag, so one name cannot be
-/// used as two kinds at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    Fair,
-    Semaphore,
-    RwLock,
-}
-
-impl Family {
-    pub(crate) fn layout(self) -> &'static str {
-        match self {
-            Self::Fair => FAIR_LAYOUT,
-            Self::Semaphore => SEMAPHORE_LAYOUT,
-            Self::RwLock => RWLOCK_LAYOUT,
-        }
-    }
-}
-
-/// What a queued hold is: the `op` argument of the queue scripts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// The fair mutex's only mode.
-    Exclusive,
-    Read,
-    Write,
-    /// One permit id holding one or more permits.
-    Permits,
-    /// Not a hold: a waiter's place in the queue (never renewed: it has no deadline). `fresh` when
-    /// the owner was made for this wait: leaving then also gives back a hold that a hand-over
-    /// may already have given it.
-    Waiting {
-        fresh: bool,
-    },
-}
-
-impl Op {
-    pub(crate) fn code(self) -> &'static str {
-        match self {
-            Self::Exclusive => "x",
-            Self::Read => "r",
-            Self::Write => "w",
-            Self::Permits => "s",
-            Self::Waiting { fresh: false } => "q",
-            Self::Waiting { fresh: true } => "Q",
-        }
-    }
-}
 
 /// One hold of a lock, shared by its guard and the background tasks.
 #[derive(Debug)]
 pub(crate) struct Hold {
     pub(crate) id: u64,
-    pub(crate) kind: Kind,
+    /// Which scripts serve it.
+    pub(crate) family: Family,
+    /// What it is: a mutex's or fair mutex's exclusive hold, a read or write hold, a permit, or
+    /// (never renewed) a waiter's place in the queue.
+    pub(crate) op: Op,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
-    /// The owner token as stored in Redis (a capability: never logged).
+    /// The owner token as stored in Redis (a capability: never logged); for a waiter's place,
+    /// its queue member.
     pub(crate) owner: String,
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (false for a fixed lease).
@@ -111,8 +57,10 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        kind: Kind,
+        family: Family,
+        op: Op,
         name: Arc<str>,
         keys: Arc<LockKeys>,
         owner: String,
@@ -122,7 +70,8 @@ impl Hold {
     ) -> Self {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            kind,
+            family,
+            op,
             name,
             keys,
             owner,
@@ -150,7 +99,6 @@ impl Hold {
     }
 
     /// Its guard let it go: it is being released, or is released.
-    #[cfg(feature = "tower")]
     pub(crate) fn is_ended(&self) -> bool {
         self.ended.load(Ordering::Relaxed)
     }
@@ -162,6 +110,11 @@ impl Hold {
 
     pub(crate) fn expires_at(&self) -> Instant {
         *self.expires_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Not lost, not let go, and its lease has not run out as far as this process knows.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.is_ended() && !self.is_lost() && Instant::now() < self.expires_at()
     }
 
     /// A release handed this hold over, for a first term ending at `at` (never later than the
@@ -179,13 +132,15 @@ impl Hold {
     }
 }
 
-/// Handles on the client's background tasks, shared by the client and every guard. When the
-/// last one goes, the watchdog stops and the release queue ends once it is drained.
+/// Handles on the client's background tasks and the backend they use, shared by the client's
+/// handles and every guard. When the last one goes, the watchdog stops and the release queue
+/// ends once it is drained.
 #[derive(Debug, Clone)]
 pub(crate) struct Tasks(Arc<TasksInner>);
 
 #[derive(Debug)]
 struct TasksInner {
+    backend: Arc<Backend>,
     watchdog: Arc<Watchdog>,
     releases: mpsc::UnboundedSender<Arc<Hold>>,
 }
@@ -198,11 +153,18 @@ impl Drop for TasksInner {
 
 impl Tasks {
     /// Starts the watchdog and the release queue on the current runtime.
-    pub(crate) fn spawn(node: Arc<Node>) -> Self {
-        let watchdog = Watchdog::spawn(Arc::clone(&node));
-        let (releases, rx) = mpsc::unbounded_channel();
-        tokio::spawn(release_task(node, rx));
-        Self(Arc::new(TasksInner { watchdog, releases }))
+    pub(crate) fn spawn(backend: Arc<Backend>) -> Self {
+        let watchdog = Watchdog::spawn(Arc::clone(&backend));
+        let releases = release::spawn(Arc::clone(&backend));
+        Self(Arc::new(TasksInner {
+            backend,
+            watchdog,
+            releases,
+        }))
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.0.backend
     }
 }
 
@@ -229,7 +191,8 @@ impl Lease {
         &self.hold
     }
 
-    /// Stops watching and hands the hold to the caller, who releases it.
+    /// Stops watching and hands the hold to the caller, who releases it (or knows Redis let it
+    /// go already).
     pub(crate) fn disarm(mut self) -> Arc<Hold> {
         self.armed = false;
         self.hold.ended.store(true, Ordering::Relaxed);
@@ -252,67 +215,10 @@ impl Drop for Lease {
     }
 }
 
-async fn release_task(node: Arc<Node>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>) {
-    while let Some(hold) = jobs.recv().await {
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            for attempt in 0..3u32 {
-                match release(&node, &hold).await {
-                    Ok(_) => return,
-                    Err(crate::Error::Pool(err)) => {
-                        tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
-                        tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
-                    }
-                    Err(Error::NotHeld { .. }) => {
-                        tracing::debug!(lock = %hold.name, "nothing to release: the hold or queue place was already gone");
-                        return;
-                    }
-                    Err(err) => {
-                        tracing::warn!(lock = %hold.name, error = %err, "background release failed; the lease will run out");
-                        return;
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Releases one hold of `hold.owner` (or its place in a queue) with the script of its kind.
-pub(crate) async fn release(node: &Node, hold: &Hold) -> Result<()> {
-    match hold.kind {
-        Kind::Mutex => crate::mutex::release(node, hold).await,
-        Kind::Queued(..) => crate::queue::release(node, hold).await,
-    }
-}
-
-/// Renews holds, each to at least its given lease in ms, one script call per kind of script.
-/// One status per item: `1` renewed, `0` not held any more, negative for foreign data.
-pub(crate) async fn extend(node: &Node, items: &[(&Hold, u64)]) -> Result<Vec<i64>> {
-    let (mutex, queued): (Vec<usize>, Vec<usize>) =
-        (0..items.len()).partition(|&i| items[i].0.kind == Kind::Mutex);
-    let mut out = vec![0; items.len()];
-    for (group, is_mutex) in [(mutex, true), (queued, false)] {
-        if group.is_empty() {
-            continue;
-        }
-        let part: Vec<(&Hold, u64)> = group.iter().map(|&i| items[i]).collect();
-        let statuses = if is_mutex {
-            crate::mutex::extend_batch(node, &part).await?
-        } else {
-            crate::queue::extend_batch(node, &part).await?
-        };
-        for (i, status) in group.into_iter().zip(statuses) {
-            out[i] = status;
-        }
-    }
-    Ok(out)
-}
-
-/// What every guard carries: its client, owner, fencing token and lease. The public guards wrap
-/// it and add what is particular to their primitive.
+/// What every guard carries: its owner, fencing token and lease. The public guards wrap it and
+/// add what is particular to their primitive.
 #[derive(Debug)]
 pub(crate) struct Held {
-    pub(crate) client: LockClient,
     pub(crate) owner: OwnerToken,
     pub(crate) fence: u64,
     pub(crate) lease: Lease,
@@ -323,13 +229,21 @@ impl Held {
         self.lease.hold()
     }
 
+    pub(crate) fn name(&self) -> &str {
+        &self.hold().name
+    }
+
     pub(crate) fn is_held(&self) -> bool {
         let hold = self.hold();
         !hold.is_lost() && Instant::now() < hold.expires_at()
     }
 
     pub(crate) fn lost(&self) -> Lost {
-        Lost::new(self.hold())
+        Lost::from_signal(self.hold().lost_signal())
+    }
+
+    pub(crate) fn view(&self) -> HoldView {
+        HoldView::new(self.hold(), self.fence)
     }
 
     pub(crate) fn not_held(&self) -> Error {
@@ -346,7 +260,7 @@ impl Held {
             return Err(self.not_held());
         }
         let sent_at = Instant::now();
-        let status = extend(&self.client.inner.node, &[(hold, ms)])
+        let status = release::extend(self.lease.tasks.backend(), &[(hold, ms)])
             .await?
             .pop()
             .unwrap_or_default();
@@ -359,15 +273,15 @@ impl Held {
                 hold.mark_lost();
                 Err(self.not_held())
             }
-            status => Err(foreign(&hold.keys.lock, status, hold.kind.layout())),
+            status => Err(foreign(&hold.keys.lock, status, hold.family.layout())),
         }
     }
 
     /// Releases this hold now, instead of in the background on drop.
     pub(crate) async fn release(self) -> Result<()> {
-        let Self { client, lease, .. } = self;
-        let hold = lease.disarm();
-        release(&client.inner.node, &hold).await
+        let tasks = self.lease.tasks.clone();
+        let hold = self.lease.disarm();
+        release::release(tasks.backend(), &hold).await
     }
 }
 
@@ -390,10 +304,6 @@ pub struct Lost {
 }
 
 impl Lost {
-    pub(crate) fn new(hold: &Hold) -> Self {
-        Self::from_signal(hold.lost_signal())
-    }
-
     /// Completes when `signal` says lost, or when its hold is gone.
     pub(crate) fn from_signal(mut signal: watch::Receiver<bool>) -> Self {
         Self {

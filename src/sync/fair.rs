@@ -2,20 +2,20 @@
 //! client.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::LockClient;
+use super::MutexGuard;
+use crate::acquire::Engine;
+use crate::core::Core;
 use crate::error::Result;
-use crate::lease::{Family, Held, Op};
-use crate::mutex::MutexGuard;
-use crate::queue::Queued;
+use crate::protocol::{Claim, Family};
 use crate::token::OwnerToken;
-use crate::wait::{Attempt, Claim};
 
 /// A distributed, reentrant mutex that serves its waiters first come, first served, across
 /// every client and process.
 ///
-/// Made by [`LockClient::fair_mutex`]; its guard is the same [`MutexGuard`] as the plain
+/// Made by [`LockClient::fair_mutex`](crate::LockClient::fair_mutex); its guard is the same [`MutexGuard`](crate::MutexGuard) as the plain
 /// [`Mutex`](crate::Mutex)'s, with the same powers: re-entry, fencing tokens, watchdog leases
 /// and [`lost`](MutexGuard::lost).
 ///
@@ -46,23 +46,23 @@ use crate::wait::{Attempt, Claim};
 /// ```
 #[derive(Clone)]
 pub struct FairMutex {
-    inner: Queued,
+    engine: Engine,
 }
 
 impl fmt::Debug for FairMutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairMutex")
-            .field("name", &self.inner.name)
-            .field("lease", &self.inner.lease)
-            .field("watchdog", &self.inner.renew)
+            .field("name", &self.engine.name)
+            .field("lease", &self.engine.lease)
+            .field("watchdog", &self.engine.renew)
             .finish()
     }
 }
 
 impl FairMutex {
-    pub(crate) fn new(client: LockClient, name: &str) -> Result<Self> {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Result<Self> {
         Ok(Self {
-            inner: Queued::new(client, name, Family::Fair, 0)?,
+            engine: Engine::new(core, name, Family::Fair, 0)?,
         })
     }
 
@@ -74,7 +74,7 @@ impl FairMutex {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.engine.name
     }
 
     /// This handle with a fixed lease that the watchdog does not renew (see
@@ -94,7 +94,7 @@ impl FairMutex {
     /// ```
     pub fn with_lease(self, lease: Duration) -> Result<Self> {
         Ok(Self {
-            inner: self.inner.with_lease(lease)?,
+            engine: self.engine.with_lease(lease)?,
         })
     }
 
@@ -118,13 +118,15 @@ impl FairMutex {
     /// let guard = client.fair_mutex("a")?.lock().await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.engine.name, fair = true))]
     pub async fn lock(&self) -> Result<MutexGuard> {
         self.acquire(OwnerToken::new(), Claim::New, None).await
     }
 
     /// As [`lock`](Self::lock), leaving the queue with
-    /// [`Error::Timeout`](crate::Error::Timeout) after `timeout`.
+    /// [`Error::Timeout`](crate::Error::Timeout) after `timeout`; the error carries how long
+    /// until the earliest lease of the lock could run out (`lease_left`), for a `Retry-After`.
+    /// A zero timeout makes one attempt without queueing, as [`try_lock`](Self::try_lock).
     ///
     /// # Errors
     ///
@@ -142,7 +144,7 @@ impl FairMutex {
     /// let guard = client.fair_mutex("a")?.lock_timeout(Duration::from_secs(2)).await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.engine.name, fair = true))]
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
         self.acquire(OwnerToken::new(), Claim::New, Some(timeout))
             .await
@@ -166,12 +168,9 @@ impl FairMutex {
     /// }
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.engine.name, fair = true))]
     pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        Ok(self
-            .try_attempt(OwnerToken::new(), Claim::New)
-            .await?
-            .acquired())
+        MutexGuard::try_acquire(&self.engine, OwnerToken::new(), Claim::New).await
     }
 
     /// Acquires the lock for `owner`: at once if `owner` already holds it (one more hold),
@@ -193,9 +192,38 @@ impl FairMutex {
     /// nested.unlock().await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.engine.name, fair = true))]
     pub async fn lock_as(&self, owner: &OwnerToken) -> Result<MutexGuard> {
         self.acquire(*owner, Claim::As, None).await
+    }
+
+    /// As [`lock_as`](Self::lock_as), leaving the queue with
+    /// [`Error::Timeout`](crate::Error::Timeout) after `timeout` (see
+    /// [`lock_timeout`](Self::lock_timeout)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`](crate::Error::Timeout) when the time runs out, and as
+    /// [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient, owner: redlatch::OwnerToken) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let nested = client.fair_mutex("a")?.lock_as_timeout(&owner, Duration::from_secs(2)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.lock", skip_all, fields(lock = %self.engine.name, fair = true))]
+    pub async fn lock_as_timeout(
+        &self,
+        owner: &OwnerToken,
+        timeout: Duration,
+    ) -> Result<MutexGuard> {
+        self.acquire(*owner, Claim::As, Some(timeout)).await
     }
 
     /// As [`lock_as`](Self::lock_as), without waiting: `Ok(None)` if another owner holds it or
@@ -214,23 +242,9 @@ impl FairMutex {
     /// let maybe = client.fair_mutex("a")?.try_lock_as(&owner).await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.inner.name, fair = true))]
+    #[tracing::instrument(name = "redlatch.try_lock", skip_all, fields(lock = %self.engine.name, fair = true))]
     pub async fn try_lock_as(&self, owner: &OwnerToken) -> Result<Option<MutexGuard>> {
-        Ok(self.try_attempt(*owner, Claim::As).await?.acquired())
-    }
-
-    /// One attempt for `owner`, without queueing (re-entry never queues). Busy carries how
-    /// long until the earliest lease could run out.
-    pub(crate) async fn try_attempt(
-        &self,
-        owner: OwnerToken,
-        claim: Claim,
-    ) -> Result<Attempt<MutexGuard>> {
-        let attempt = self
-            .inner
-            .try_acquire(Op::Exclusive, 1, owner, claim)
-            .await?;
-        Ok(attempt.map(|held| self.guard(held)))
+        MutexGuard::try_acquire(&self.engine, *owner, Claim::As).await
     }
 
     async fn acquire(
@@ -239,14 +253,6 @@ impl FairMutex {
         claim: Claim,
         timeout: Option<Duration>,
     ) -> Result<MutexGuard> {
-        let held = self
-            .inner
-            .acquire(Op::Exclusive, 1, owner, claim, timeout)
-            .await?;
-        Ok(self.guard(held))
-    }
-
-    fn guard(&self, held: Held) -> MutexGuard {
-        MutexGuard::fair(held, self.clone())
+        MutexGuard::acquire(&self.engine, owner, claim, timeout).await
     }
 }

@@ -1,28 +1,19 @@
-//! The connection layer: how a request reaches a Redis server.
-//!
-//! A [`Node`] is one Redis server. Requests are multiplexed over one connection taken from the
-//! caller's `deadpool_redis::Pool` (cloned per request, re-taken after a connection failure),
-//! so a lock operation costs exactly its script call and no pool check-out round trip. Wake-ups
-//! come from the node's own subscription connection ([`Notifier`]).
-//!
-//! The primitives only ever call [`Node::invoke`] and [`Node::notifier`], so a Redis Cluster
-//! node (slot-routed connection) or a set of independent masters (Redlock: one `Node` each, with
-//! a quorum on top) can be added here without touching them.
+//! One Redis server: requests multiplexed over one connection taken from the caller's
+//! `deadpool_redis::Pool` (cloned per request, taken again after a connection failure), so a
+//! lock operation costs exactly its script call and no pool check-out round trip.
 
 use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
+use super::script::Call;
 use crate::error::Result;
-use crate::notify::Notifier;
-use crate::scripts::Call;
 
 /// One Redis server.
 pub(crate) struct Node {
     pool: Pool,
     conn: std::sync::Mutex<Option<MultiplexedConnection>>,
     connecting: tokio::sync::Mutex<()>,
-    notifier: Notifier,
 }
 
 impl std::fmt::Debug for Node {
@@ -34,17 +25,12 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(pool: Pool, notifier: Notifier) -> Self {
+    pub(crate) fn new(pool: Pool) -> Self {
         Self {
             pool,
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            notifier,
         }
-    }
-
-    pub(crate) fn notifier(&self) -> &Notifier {
-        &self.notifier
     }
 
     fn cached(&self) -> Option<MultiplexedConnection> {

@@ -22,10 +22,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::Node;
+use super::Hold;
+use super::release::extend;
+use crate::backend::Backend;
 use crate::config::millis;
-use crate::lease::{Hold, extend};
-use crate::scripts::foreign;
+use crate::protocol::foreign;
 use crate::time::{after, sleep_until};
 
 /// The most holds one renewal script call carries.
@@ -57,7 +58,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Starts the task on the current runtime. It runs until [`stop`](Self::stop).
-    pub(crate) fn spawn(node: Arc<Node>) -> Arc<Self> {
+    pub(crate) fn spawn(backend: Arc<Backend>) -> Arc<Self> {
         let dog = Arc::new(Self {
             inbox: StdMutex::new(Vec::new()),
             next_look: AtomicU64::new(u64::MAX),
@@ -65,7 +66,7 @@ impl Watchdog {
             stopped: AtomicBool::new(false),
             epoch: Instant::now(),
         });
-        tokio::spawn(run(Arc::clone(&dog), node));
+        tokio::spawn(run(Arc::clone(&dog), backend));
         dog
     }
 
@@ -196,7 +197,7 @@ impl Schedule {
     }
 }
 
-async fn run(dog: Arc<Watchdog>, node: Arc<Node>) {
+async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
     let mut schedule = Schedule::default();
     loop {
         dog.next_look.store(0, Ordering::SeqCst);
@@ -215,7 +216,7 @@ async fn run(dog: Arc<Watchdog>, node: Arc<Node>) {
                 }
             }
         }
-        renew_due(&node, &mut schedule).await;
+        renew_due(&backend, &mut schedule).await;
         schedule.compact();
         let next = schedule.peek().map(|(due, _)| due);
         dog.next_look.store(
@@ -235,8 +236,8 @@ async fn run(dog: Arc<Watchdog>, node: Arc<Node>) {
 }
 
 /// Takes every hold due now, or due within a quarter of its interval, and renews them in
-/// batches; marks lost the ones whose lease ran out first.
-async fn renew_due(node: &Node, schedule: &mut Schedule) {
+/// batches, all in flight at once; marks lost the ones whose lease ran out first.
+async fn renew_due(backend: &Backend, schedule: &mut Schedule) {
     let now = Instant::now();
     let mut due = Vec::new();
     while let Some((at, id)) = schedule.peek() {
@@ -266,12 +267,20 @@ async fn renew_due(node: &Node, schedule: &mut Schedule) {
             schedule.reschedule(id, hold.expires_at(), false);
         }
     }
-    for chunk in due.chunks(BATCH) {
-        renew(node, schedule, chunk).await;
+    let renewals = due.chunks(BATCH).map(|chunk| renew(backend, chunk));
+    for (chunk, sent_at, outcome) in futures_util::future::join_all(renewals).await {
+        apply(schedule, chunk, sent_at, outcome);
     }
 }
 
-async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
+/// What became of one batch's renewal: one status per hold, or why there is none.
+type Outcome = std::result::Result<Vec<i64>, String>;
+
+/// Renews one batch, within the time the earliest of its leases has left.
+async fn renew<'a>(
+    backend: &Backend,
+    chunk: &'a [Arc<Hold>],
+) -> (&'a [Arc<Hold>], Instant, Outcome) {
     let sent_at = Instant::now();
     let limit = chunk
         .iter()
@@ -281,11 +290,21 @@ async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
         .saturating_duration_since(sent_at)
         .max(Duration::from_millis(1));
     let items: Vec<(&Hold, u64)> = chunk.iter().map(|h| (&**h, millis(h.lease))).collect();
-    let why = match tokio::time::timeout(limit, extend(node, &items)).await {
-        Ok(Ok(results)) => {
+    let outcome = match tokio::time::timeout(limit, extend(backend, &items)).await {
+        Ok(Ok(statuses)) => Ok(statuses),
+        Ok(Err(err)) => Err(format!("{err:#}")),
+        Err(_) => Err("no answer before the lease runs out".to_owned()),
+    };
+    (chunk, sent_at, outcome)
+}
+
+/// Reschedules a renewed batch, marks lost what is gone, and retries a failed batch soon.
+fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome: Outcome) {
+    let why = match outcome {
+        Ok(results) => {
             for (hold, status) in chunk.iter().zip(results) {
                 if status < 0 {
-                    let err = foreign(&hold.keys.lock, status, hold.kind.layout());
+                    let err = foreign(&hold.keys.lock, status, hold.family.layout());
                     tracing::warn!(lock = %hold.name, error = %err, "lease renewal refused");
                 }
                 if status == 1 {
@@ -304,8 +323,7 @@ async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
             }
             return;
         }
-        Ok(Err(err)) => format!("{err:#}"),
-        Err(_) => "no answer before the lease runs out".to_owned(),
+        Err(why) => why,
     };
     tracing::debug!(holds = chunk.len(), why, "lease renewal failed, retrying");
     let now = Instant::now();
@@ -319,12 +337,13 @@ async fn renew(node: &Node, schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
 mod tests {
     use super::*;
     use crate::key::LockKeys;
-    use crate::lease::Kind;
+    use crate::protocol::{Family, Op};
 
     fn hold(lease_ms: u64) -> Arc<Hold> {
         let keys = LockKeys::new("p", "n").unwrap();
         Arc::new(Hold::new(
-            Kind::Mutex,
+            Family::Mutex,
+            Op::Exclusive,
             "n".into(),
             Arc::new(keys),
             "owner".into(),

@@ -1,4 +1,6 @@
-//! Push wake-up: one subscription connection per server, shared by every waiter of a client.
+//! The waiter registry: who waits in this client for which channel, and what wakes them. The
+//! backend's subscription (one connection per server) tells it what it hears, as its
+//! [`Listener`]; messages are read with the protocol's grammar ([`wake`]).
 //!
 //! Each lock has a channel (`<prefix>:{<name>}:wake`); a release publishes to it. The client
 //! subscribes to a channel while it has local waiters for that lock (and for a short linger
@@ -20,17 +22,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+
+use crate::backend::{Listener, Subscriber};
+use crate::protocol::wake::{self, Grant, Wake};
 
 /// No hand-over recorded in a slot.
 const NO_GRANT: u64 = u64::MAX;
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(2);
-/// How often idle channels are looked for.
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SubState {
@@ -103,20 +105,14 @@ impl Queue {
         self.wake(usize::MAX);
     }
 
-    /// Wakes the waiters named in `ids`: space-separated ids, each with `:<fence>:<ms>` when
-    /// the release handed it a hold with that fencing token, for that first term.
-    fn wake_named(&mut self, ids: &str) {
-        for part in ids.split(' ') {
-            let mut fields = part.split(':');
-            let id = fields.next().unwrap_or_default();
-            let grant = match (fields.next(), fields.next()) {
-                (Some(fence), Some(ms)) => fence.parse::<u64>().ok().zip(ms.parse::<u64>().ok()),
-                _ => None,
-            };
-            for slot in self.slots.iter().filter(|s| s.tag.as_deref() == Some(id)) {
-                if let Some((fence, ms)) = grant {
-                    slot.term_ms.store(ms, Ordering::Release);
-                    slot.grant.store(fence, Ordering::Release);
+    /// Wakes the waiters named in a message, storing the holds a release handed them.
+    fn wake_named(&mut self, named: &[wake::Named<'_>]) {
+        for n in named {
+            for slot in self.slots.iter().filter(|s| s.tag.as_deref() == Some(n.id)) {
+                if let Some(grant) = n.grant {
+                    slot.term_ms
+                        .store(crate::config::millis(grant.term), Ordering::Release);
+                    slot.grant.store(grant.fence, Ordering::Release);
                 }
                 slot.give();
             }
@@ -141,7 +137,7 @@ impl Channel {
 #[derive(Debug)]
 struct Shared {
     channels: StdMutex<HashMap<String, Arc<Channel>>>,
-    commands: mpsc::UnboundedSender<String>,
+    subscriber: Subscriber,
     connected: AtomicBool,
 }
 
@@ -164,24 +160,27 @@ impl Shared {
     }
 }
 
-/// The wake-up side of one server: the channel registry and its subscription task.
+/// The waiter registry of one client.
 #[derive(Debug, Clone)]
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
 }
 
 impl Notifier {
-    /// Starts the subscription task on the current runtime. It stops when `shutdown`'s sender
-    /// is dropped.
-    pub(crate) fn spawn(client: redis::Client, shutdown: watch::Receiver<()>) -> Self {
-        let (commands, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            channels: StdMutex::new(HashMap::new()),
-            commands,
-            connected: AtomicBool::new(false),
-        });
-        tokio::spawn(run(client, Arc::clone(&shared), rx, shutdown));
-        Self { shared }
+    /// A registry that asks `subscriber` for the channels its waiters need.
+    pub(crate) fn new(subscriber: Subscriber) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                channels: StdMutex::new(HashMap::new()),
+                subscriber,
+                connected: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// What the subscription reports to.
+    pub(crate) fn listener(&self) -> Arc<dyn Listener> {
+        Arc::clone(&self.shared) as Arc<dyn Listener>
     }
 
     /// True if this client already has waiters queued on `channel`: a new arrival queues behind
@@ -236,7 +235,7 @@ impl Notifier {
                 });
                 channels.insert(name.to_owned(), Arc::clone(&c));
                 // The task subscribes; if it is gone the waiter polls (state stays Down).
-                if self.shared.commands.send(name.to_owned()).is_err() {
+                if !self.shared.subscriber.subscribe(name) {
                     c.state.send_replace(SubState::Down);
                 }
                 c
@@ -309,12 +308,11 @@ impl Waiter {
         had
     }
 
-    /// Takes the fencing token and first lease term of a hold that a release handed to this
-    /// waiter, if any.
-    pub(crate) fn take_grant(&self) -> Option<(u64, Duration)> {
+    /// Takes the hold that a release handed to this waiter, if any.
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
         let fence = self.slot.grant.swap(NO_GRANT, Ordering::AcqRel);
         let term = Duration::from_millis(self.slot.term_ms.load(Ordering::Acquire));
-        (fence != NO_GRANT).then_some((fence, term))
+        (fence != NO_GRANT).then_some(Grant { fence, term })
     }
 
     /// The attempt that a consumed wake-up triggered has an answer.
@@ -347,101 +345,60 @@ impl Drop for Waiter {
     }
 }
 
-async fn run(
-    client: redis::Client,
-    shared: Arc<Shared>,
-    mut commands: mpsc::UnboundedReceiver<String>,
-    mut shutdown: watch::Receiver<()>,
-) {
-    let mut retry = Duration::from_millis(10);
-    loop {
-        let conn = tokio::select! {
-            _ = shutdown.changed() => return,
-            conn = client.get_async_pubsub() => conn,
-        };
-        let (mut sink, mut stream) = match conn {
-            Ok(conn) => conn.split(),
-            Err(err) => {
-                tracing::debug!(error = %err, "wake-up subscription unavailable, waiters poll");
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        let names: Vec<String> = shared.channels().keys().cloned().collect();
-        if !names.is_empty() && sink.subscribe(&names).await.is_err() {
-            continue;
-        }
-        retry = Duration::from_millis(10);
-        shared.connected.store(true, Ordering::Release);
+impl Listener for Shared {
+    fn channels(&self) -> Vec<String> {
+        self.channels().keys().cloned().collect()
+    }
+
+    fn wants(&self, channel: &str) -> bool {
+        self.channels().contains_key(channel)
+    }
+
+    fn connected(&self, channels: &[String]) {
+        self.connected.store(true, Ordering::Release);
         // Anything released while we were away went unheard: everyone looks again. Channels
-        // added since `names` was read are not subscribed yet: their own SUBSCRIBE, queued in
-        // `commands`, marks them.
-        shared.set(Some(&names), SubState::Active);
-        let mut sweep = tokio::time::interval(SWEEP_EVERY);
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                msg = stream.next() => match msg {
-                    Some(msg) => dispatch(&shared, &msg),
-                    None => break,
-                },
-                name = commands.recv() => {
-                    let Some(name) = name else { return };
-                    let channel = shared.channels().get(&name).cloned();
-                    if let Some(channel) = channel {
-                        if sink.subscribe(&name).await.is_err() {
-                            break;
-                        }
-                        channel.state.send_replace(SubState::Active);
-                    }
-                }
-                _ = sweep.tick() => {
-                    let idle = take_idle(&shared);
-                    if !idle.is_empty() && sink.unsubscribe(&idle).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        tracing::debug!("wake-up subscription lost, waiters poll until it is back");
-        shared.connected.store(false, Ordering::Release);
-        shared.set(None, SubState::Down);
+        // added since `channels` was read are not subscribed yet: their own subscription
+        // marks them.
+        self.set(Some(channels), SubState::Active);
     }
-}
 
-fn dispatch(shared: &Shared, msg: &redis::Msg) {
-    let channel = shared.channels().get(msg.get_channel_name()).cloned();
-    if let Some(channel) = channel {
+    fn subscribed(&self, channel: &str) {
+        if let Some(c) = self.channels().get(channel) {
+            c.state.send_replace(SubState::Active);
+        }
+    }
+
+    fn disconnected(&self) {
+        self.connected.store(false, Ordering::Release);
+        self.set(None, SubState::Down);
+    }
+
+    fn message(&self, channel: &str, payload: &[u8]) {
+        let Some(channel) = self.channels().get(channel).cloned() else {
+            return;
+        };
         let mut queue = channel.queue();
-        match msg.get_payload::<String>() {
-            Ok(p) if p == "all" => queue.wake_all(),
-            Ok(p) => match p.parse() {
-                Ok(n) => queue.wake(n),
-                Err(_) => queue.wake_named(&p),
-            },
-            Err(_) => queue.wake(1),
+        match wake::parse(payload) {
+            Wake::Count(n) => queue.wake(n),
+            Wake::Named(named) => queue.wake_named(&named),
         }
     }
-}
 
-/// Removes and returns the channels that have had no waiter for longer than [`LINGER`].
-fn take_idle(shared: &Shared) -> Vec<String> {
-    let now = Instant::now();
-    let mut channels = shared.channels();
-    let idle: Vec<String> = channels
-        .iter()
-        .filter(|(_, c)| {
-            let q = c.queue();
-            q.slots.is_empty() && q.idle_since.is_some_and(|t| now - t >= LINGER)
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    for name in &idle {
-        channels.remove(name);
+    /// Removes and returns the channels that have had no waiter for longer than [`LINGER`].
+    fn idle(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut channels = self.channels();
+        let idle: Vec<String> = channels
+            .iter()
+            .filter(|(_, c)| {
+                let q = c.queue();
+                q.slots.is_empty() && q.idle_since.is_some_and(|t| now - t >= LINGER)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &idle {
+            channels.remove(name);
+        }
+        idle
     }
-    idle
 }

@@ -1,0 +1,274 @@
+//! [`Engine`]: the acquisition machinery of one named primitive, and one attempt, cancel safe.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::queued::{self, Place};
+use super::{Attempt, wait};
+use crate::config::{FENCE_TTL, lease_ms, millis};
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::lease::{Held, Hold, Lease};
+use crate::protocol::{Answer, Claim, Family, Op, mutex};
+use crate::token::OwnerToken;
+
+/// What one acquisition asks for: `units` of `op` for `owner`, claimed as `claim`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) op: Op,
+    pub(crate) units: u32,
+    pub(crate) owner: OwnerToken,
+    pub(crate) claim: Claim,
+}
+
+impl Ask {
+    /// One unit of `op` for `owner`.
+    pub(crate) fn one(op: Op, owner: OwnerToken, claim: Claim) -> Self {
+        Self {
+            op,
+            units: 1,
+            owner,
+            claim,
+        }
+    }
+}
+
+/// The acquisition machinery of one named primitive: what every handle wraps.
+#[derive(Clone)]
+pub(crate) struct Engine {
+    pub(crate) core: Arc<Core>,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) family: Family,
+    /// The semaphore's permits (0 for the locks).
+    pub(crate) capacity: u32,
+    /// The lease of every hold it takes, and whether the watchdog renews it.
+    pub(crate) lease: Duration,
+    pub(crate) renew: bool,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("name", &self.name)
+            .field("family", &self.family)
+            .field("lease", &self.lease)
+            .field("watchdog", &self.renew)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `cleanup` when dropped before [`disarm`](Self::disarm): what an attempt of a new owner
+/// leaves behind when its caller gives up while the request may be on its way to Redis. The
+/// cleanup goes through the client's background queue, on the same connection and so after the
+/// request, and gives back whatever the request may have got (what it did not get is refused
+/// harmlessly).
+struct OnCancel<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnCancel<F> {
+    fn new(cleanup: F) -> Self {
+        Self(Some(cleanup))
+    }
+
+    /// The attempt has its answer: nothing to clean up here.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for OnCancel<F> {
+    fn drop(&mut self) {
+        if let Some(cleanup) = self.0.take() {
+            cleanup();
+        }
+    }
+}
+
+impl Engine {
+    /// The machinery for `name`, used as `family` (with `capacity` permits for a semaphore),
+    /// with the client's lease settings.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name.
+    pub(crate) fn new(core: Arc<Core>, name: &str, family: Family, capacity: u32) -> Result<Self> {
+        let keys = LockKeys::new(&core.config.prefix, name)?;
+        Ok(Self {
+            lease: core.config.lease,
+            renew: core.config.watchdog,
+            name: name.into(),
+            keys: Arc::new(keys),
+            family,
+            capacity,
+            core,
+        })
+    }
+
+    /// A fixed lease that the watchdog does not renew.
+    pub(crate) fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        lease_ms(lease)?;
+        self.lease = lease;
+        self.renew = false;
+        Ok(self)
+    }
+
+    /// Acquires, waiting up to `timeout` (`None`: as long as it takes). A zero timeout makes one
+    /// attempt without queueing and fails with [`Error::Timeout`] (carrying the holder's
+    /// remaining lease) if it is busy.
+    pub(crate) async fn acquire(&self, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
+        if timeout == Some(Duration::ZERO) {
+            return match self.try_acquire(ask).await? {
+                Attempt::Acquired(held) => Ok(held),
+                Attempt::Busy(lease_left) => Err(Error::Timeout {
+                    waited: Duration::ZERO,
+                    lease_left,
+                }),
+            };
+        }
+        wait::acquire(self, ask, timeout).await
+    }
+
+    /// One attempt without queueing. Busy carries how long until the holder's (or the earliest)
+    /// lease could run out. A new owner's attempt whose answer was lost is given back in the
+    /// background.
+    pub(crate) async fn try_acquire(&self, ask: Ask) -> Result<Attempt<Held>> {
+        let attempt = self.attempt(ask, None).await;
+        if matches!(&attempt, Err(err) if err.is_lost_answer()) {
+            self.abandon(ask, false);
+        }
+        attempt
+    }
+
+    /// One more hold of `op` for the owner of `held`, which holds the lock: re-entry, or a
+    /// writer's downgrade. If Redis says the owner holds nothing any more, `held` is marked lost.
+    pub(crate) async fn again(&self, op: Op, held: &Held) -> Result<Held> {
+        if held.hold().is_lost() {
+            return Err(held.not_held());
+        }
+        match self
+            .attempt(Ask::one(op, held.owner, Claim::Again), None)
+            .await?
+        {
+            Attempt::Acquired(again) => Ok(again),
+            Attempt::Busy(_) => {
+                held.hold().mark_lost();
+                Err(held.not_held())
+            }
+        }
+    }
+
+    /// One attempt, cancel safe. With a `place`, a busy attempt of a queued primitive queues the
+    /// owner (or keeps its place). A new owner's attempt runs in the caller's task: if the caller
+    /// gives up before the answer, whatever the owner may hold is released and its place left,
+    /// in the background. An attempt for an owner that may hold already (re-entry, a carried
+    /// token) runs in its own task instead, so that it completes even if the caller is
+    /// cancelled: a hold nobody receives is dropped, and so released exactly once; a place
+    /// nobody keeps is left.
+    pub(super) async fn attempt(
+        &self,
+        ask: Ask,
+        place: Option<Arc<Place>>,
+    ) -> Result<Attempt<Held>> {
+        let queueing = place.is_some();
+        if ask.claim.is_fresh() {
+            let cancelled = OnCancel::new(|| self.abandon(ask, queueing));
+            let result = self.run(ask, place).await;
+            cancelled.disarm();
+            return result;
+        }
+        let (tx, rx) = oneshot::channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let result = this.run(ask, place).await;
+            if let Err(Err(err)) = tx.send(result)
+                && err.is_lost_answer()
+            {
+                // The caller is gone: nobody else will clean up after a lost answer.
+                this.abandon(ask, queueing);
+            }
+        });
+        rx.await.map_err(|_| Error::Protocol {
+            script: self.script(),
+            detail: "the acquisition task stopped without an answer".into(),
+        })?
+    }
+
+    /// An acquisition ends in an error (or is cancelled) after an attempt may have been granted,
+    /// or queued, without its answer arriving: in the background, a new owner releases whatever
+    /// it may hold, and a queued waiter leaves the queue (releasing a hold that a hand-over gave
+    /// it); what does not exist is refused harmlessly. A carried owner's other holds are not
+    /// touched.
+    pub(super) fn abandon(&self, ask: Ask, queued: bool) {
+        let fresh = ask.claim.is_fresh();
+        if fresh {
+            let hold = self.hold(ask.op, &ask.owner, self.lease, Instant::now());
+            drop(Lease::new(hold, self.core.tasks.clone()));
+        }
+        if queued {
+            drop(queued::place(self, ask.op, ask.units, &ask.owner, fresh));
+        }
+    }
+
+    /// A hold of `op` for `owner`, granted by a request sent at `sent_at`.
+    pub(super) fn hold(
+        &self,
+        op: Op,
+        owner: &OwnerToken,
+        lease: Duration,
+        sent_at: Instant,
+    ) -> Hold {
+        Hold::new(
+            self.family,
+            op,
+            Arc::clone(&self.name),
+            Arc::clone(&self.keys),
+            owner.as_field(),
+            lease,
+            self.renew,
+            sent_at,
+        )
+    }
+
+    /// The granted hold of `ask`, with fencing token `fence`, registered with the watchdog.
+    pub(super) fn held(&self, ask: Ask, fence: u64, sent_at: Instant) -> Held {
+        let hold = self.hold(ask.op, &ask.owner, self.lease, sent_at);
+        Held {
+            owner: ask.owner,
+            fence,
+            lease: Lease::new(hold, self.core.tasks.clone()),
+        }
+    }
+
+    /// The script an attempt runs, for error messages.
+    fn script(&self) -> &'static str {
+        if self.family.is_queued() {
+            "queue_acquire"
+        } else {
+            "mutex_acquire"
+        }
+    }
+
+    async fn run(&self, ask: Ask, place: Option<Arc<Place>>) -> Result<Attempt<Held>> {
+        if self.family.is_queued() {
+            return queued::run(self, ask, place).await;
+        }
+        let owner = ask.owner.as_field();
+        let request = mutex::Acquire {
+            keys: &self.keys,
+            owner: &owner,
+            lease_ms: lease_ms(self.lease)?,
+            fence_ttl_ms: millis(FENCE_TTL),
+            claim: ask.claim,
+        };
+        let sent_at = Instant::now();
+        Ok(match self.core.backend.run(&request).await? {
+            Answer::Granted { fence } => Attempt::Acquired(self.held(ask, fence, sent_at)),
+            Answer::Busy { wait, .. } => Attempt::Busy(wait),
+        })
+    }
+}

@@ -1,0 +1,128 @@
+//! What the queued primitives (fair mutex, semaphore, read-write lock) add to an attempt: a
+//! waiter's place in the queue in Redis, and holds that a release hands to a waiter.
+//!
+//! A waiter's place is a [`Lease`] of its own, named by its queue member: nothing renews it (a
+//! place has no deadline), and dropping it (the wait ended, timed out or was cancelled) removes
+//! the place in the background. A dead waiter is passed over when the hold handed to it runs out
+//! unrenewed (its first term is the waiter timeout), and with it every other waiter of its
+//! client.
+
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
+
+use tokio::time::Instant;
+
+use super::{Ask, Attempt, Engine};
+use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
+use crate::error::Result;
+use crate::lease::{Held, Hold, Lease};
+use crate::protocol::wake::Grant;
+use crate::protocol::{Answer, Op, queue};
+use crate::time::after;
+use crate::token::OwnerToken;
+
+/// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
+/// it is left only when the last of them is done with it.
+pub(super) type Place = StdMutex<Option<Lease>>;
+
+pub(super) fn take(place: &Place) -> StdGuard<'_, Option<Lease>> {
+    // Every update is one assignment, so a poisoned lock still holds a consistent value.
+    place.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The lease of a waiter's place in the queue: nothing to renew (a place has no deadline), and
+/// dropping it leaves the queue in the background. Its owner is the waiter's queue member, as
+/// `queue_acquire` writes it.
+pub(super) fn place(engine: &Engine, op: Op, units: u32, owner: &OwnerToken, fresh: bool) -> Lease {
+    let core = &engine.core;
+    let member = queue::member(
+        &core.id,
+        &owner.as_field(),
+        op,
+        units,
+        millis(engine.lease),
+        millis(core.config.waiter_timeout()),
+    );
+    let hold = Hold::new(
+        engine.family,
+        Op::Waiting { fresh },
+        Arc::clone(&engine.name),
+        Arc::clone(&engine.keys),
+        member,
+        MAX_LEASE,
+        false,
+        Instant::now(),
+    );
+    Lease::new(hold, core.tasks.clone())
+}
+
+/// One attempt of a queued primitive. With a `place`, a busy attempt queues the owner (or keeps
+/// its place), and a granted one takes the place out of the queue (Redis removed it).
+pub(super) async fn run(
+    engine: &Engine,
+    ask: Ask,
+    place: Option<Arc<Place>>,
+) -> Result<Attempt<Held>> {
+    let core = &engine.core;
+    let owner = ask.owner.as_field();
+    let request = queue::Acquire {
+        name: &engine.name,
+        keys: &engine.keys,
+        family: engine.family,
+        op: ask.op,
+        owner: &owner,
+        units: ask.units,
+        capacity: engine.capacity,
+        lease_ms: lease_ms(engine.lease)?,
+        grace_ms: if place.is_some() {
+            millis(core.config.waiter_timeout())
+        } else {
+            0
+        },
+        fence_ttl_ms: millis(FENCE_TTL),
+        claim: ask.claim,
+        client: &core.id,
+    };
+    let sent_at = Instant::now();
+    match core.backend.run(&request).await? {
+        Answer::Granted { fence } => {
+            if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
+                // Redis removed the place when it granted the hold.
+                lease.disarm();
+            }
+            Ok(Attempt::Acquired(engine.held(ask, fence, sent_at)))
+        }
+        Answer::Busy { wait, queued } => {
+            if let Some(place) = place.as_deref()
+                && queued
+            {
+                let mut slot = take(place);
+                if slot.is_none() {
+                    *slot = Some(self::place(
+                        engine,
+                        ask.op,
+                        ask.units,
+                        &ask.owner,
+                        ask.claim.is_fresh(),
+                    ));
+                }
+            }
+            Ok(Attempt::Busy(wait))
+        }
+    }
+}
+
+/// The hold a release handed to this waiter, for a first term (its lease, or the waiter
+/// timeout if that is shorter): the watchdog renews it before that runs out, to the full lease
+/// (a fixed lease once, at once). The term started when the release ran, a moment before the
+/// message arrived, so the local estimate of its end is counted from a twentieth of it earlier.
+pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant) -> Held {
+    let now = Instant::now();
+    let sent_at = now.checked_sub(grant.term / 20).unwrap_or(now);
+    let hold = engine.hold(ask.op, &ask.owner, engine.lease, sent_at);
+    hold.handed_until(after(sent_at, grant.term));
+    Held {
+        owner: ask.owner,
+        fence: grant.fence,
+        lease: Lease::new(hold, engine.core.tasks.clone()),
+    }
+}

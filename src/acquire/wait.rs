@@ -1,0 +1,248 @@
+//! The wait: try, queue, sleep until woken or until the holder's lease would run out, try again.
+//!
+//! * The plain mutex queues its waiters in the client: if this client already has waiters on
+//!   the name's channel, a new caller queues behind them without trying first (no barging past
+//!   local waiters). After the first failed attempt the caller joins the local queue
+//!   (subscribing if needed) and tries once more, which closes the window between the failure
+//!   and the subscription. A release wakes the oldest local waiter of each client; only that
+//!   front waiter keeps a fallback timer, for the moment the holder's lease would run out.
+//! * The queued primitives queue in Redis: the caller always tries first (Redis keeps the
+//!   order), and a busy attempt takes a place in the queue. If this client already listens to
+//!   the channel, the waiter registers for its wake-up before that attempt, so no message naming
+//!   it can slip past and the attempt is its only one until it is woken; otherwise it subscribes
+//!   after the attempt and tries once more, as above. A release that lets it through names it,
+//!   and usually hands it the hold in the same message: no further round trip. Each waiter
+//!   keeps its own timer, for the moment the script said something may change unannounced.
+//! * While push is down every waiter polls with jittered backoff, bounded by the moment it was
+//!   told things may change.
+//! * Once waiting, a connection failure is waited out like a busy lock, until the deadline; the
+//!   first attempt's errors go straight to the caller, so a wrong address fails fast.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::queued::{self, Place, take};
+use super::{Ask, Attempt, Engine};
+use crate::config::Backoff;
+use crate::error::{Error, Result};
+use crate::lease::Held;
+use crate::notify::Waiter;
+use crate::protocol::wake::Grant;
+use crate::protocol::{Claim, queue};
+use crate::time::{after, sleep_until};
+
+/// Waits for `ask` up to `timeout` (`None`: as long as it takes).
+pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
+    let started = Instant::now();
+    let in_redis = engine.family.is_queued();
+    // A hand-over names the client and the owner: waits for one carried owner in one client
+    // take turns, and the later one re-enters the earlier one's hold.
+    let _turn = match (in_redis, ask.claim) {
+        (true, Claim::As) => {
+            let key = format!("{}/{}", engine.keys.wake, ask.owner.as_field());
+            Some(engine.core.turns.take(key, timeout).await?)
+        }
+        _ => None,
+    };
+    let attempts = Attempts {
+        engine,
+        ask,
+        place: in_redis.then(Arc::default),
+        unanswered: AtomicBool::new(false),
+    };
+    let deadline = timeout.map(|t| after(started, t));
+    let result = wait(&attempts, deadline, timeout.unwrap_or_default()).await;
+    // Dropping the place leaves the queue, unless an attempt took the lock (which removed the
+    // place in Redis and disarmed its lease).
+    if result.is_err() && attempts.unanswered.load(Ordering::Relaxed) {
+        engine.abandon(ask, in_redis);
+    }
+    result
+}
+
+/// The attempts of one wait.
+struct Attempts<'a> {
+    engine: &'a Engine,
+    ask: Ask,
+    /// The waiter's place in the queue (queued primitives).
+    place: Option<Arc<Place>>,
+    /// An attempt failed without an answer: it may have been granted in Redis all the same.
+    unanswered: AtomicBool,
+}
+
+impl Attempts<'_> {
+    fn attempt(&self) -> impl Future<Output = Result<Attempt<Held>>> + '_ {
+        let mut ask = self.ask;
+        if let Some(place) = &self.place
+            && take(place).is_some()
+        {
+            // Once queued, the owner held nothing when it queued: any hold it finds is one a
+            // release handed over (its message missed), to be taken as is.
+            ask.claim = Claim::Queued {
+                fresh: self.ask.claim == Claim::New,
+            };
+        }
+        async move {
+            let result = self.engine.attempt(ask, self.place.clone()).await;
+            if matches!(&result, Err(err) if err.is_lost_answer()) {
+                self.unanswered.store(true, Ordering::Relaxed);
+            }
+            result
+        }
+    }
+
+    /// A release handed the waiter the hold: Redis removed its place when it did.
+    fn handed(&self, grant: Grant) -> Result<Held> {
+        let Some(place) = &self.place else {
+            return Err(Error::Protocol {
+                script: "mutex_release",
+                detail: "a hand-over message on a mutex channel".into(),
+            });
+        };
+        if let Some(lease) = take(place).take() {
+            lease.disarm();
+        }
+        Ok(queued::handed(self.engine, self.ask, grant))
+    }
+}
+
+/// The loop (see the module docs).
+async fn wait(
+    attempts: &Attempts<'_>,
+    deadline: Option<Instant>,
+    waited: Duration,
+) -> Result<Held> {
+    let engine = attempts.engine;
+    let channel = engine.keys.wake.as_str();
+    let config = &engine.core.config;
+    let notifier = &engine.core.notifier;
+    let in_redis = attempts.place.is_some();
+    let id = in_redis.then(|| queue::waiter_id(&engine.core.id, &attempts.ask.owner.as_field()));
+    let join = || match &id {
+        Some(id) => notifier.join_named(channel, id),
+        None => notifier.join(channel),
+    };
+    let mut backoff = Backoff::new(config);
+    // A waiter queued in Redis on a channel this client already listens to registers first; on
+    // any other channel it tries first, so an uncontended acquire never subscribes.
+    let mut waiter: Option<Waiter> = (in_redis && notifier.is_subscribed(channel)).then(join);
+    // Releases reached this client before the first attempt was sent.
+    let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
+    let mut must_try = in_redis || !notifier.has_waiters(channel);
+    let mut queued = false;
+    // Queued in Redis: when the last attempt said something may change unannounced.
+    let mut own_deadline: Option<Instant> = None;
+    // When the holder's lease runs out, as last heard: what a timeout reports.
+    let known = |waiter: &Option<Waiter>, own: Option<Instant>| {
+        if in_redis {
+            own
+        } else {
+            waiter.as_ref().and_then(Waiter::holder_deadline)
+        }
+    };
+    let timed_out = |known: Option<Instant>| Error::Timeout {
+        waited,
+        lease_left: known.map(|d| d.saturating_duration_since(Instant::now())),
+    };
+    loop {
+        if must_try {
+            let answer = attempts.attempt().await;
+            if let Some(w) = &waiter {
+                w.settled();
+            }
+            let answer = match answer {
+                Err(err) if queued && err.is_connection() => {
+                    tracing::debug!(error = %err, "attempt failed while waiting, retrying");
+                    Attempt::Busy(None)
+                }
+                other => other?,
+            };
+            match answer {
+                Attempt::Acquired(held) => {
+                    if let (Some(w), false) = (&waiter, in_redis) {
+                        // The next local waiter arms its timer for our lease, not the old one.
+                        w.set_holder_deadline(Some(after(Instant::now(), engine.lease)));
+                    }
+                    return Ok(held);
+                }
+                Attempt::Busy(wait) => {
+                    let at = wait.map(|p| after(Instant::now(), p));
+                    let w = waiter.get_or_insert_with(join);
+                    if in_redis {
+                        own_deadline = at;
+                    } else {
+                        w.set_holder_deadline(at);
+                    }
+                    if !queued {
+                        queued = true;
+                        if !(in_redis && heard_from_start) {
+                            if !within(deadline, w.ready()).await {
+                                return Err(timed_out(known(&waiter, own_deadline)));
+                            }
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+        if waiter.is_none() {
+            queued = true;
+            let w = waiter.insert(join());
+            if !within(deadline, w.ready()).await {
+                return Err(timed_out(known(&waiter, own_deadline)));
+            }
+        }
+        let Some(w) = &waiter else { continue };
+        let now = Instant::now();
+        let known_at = known(&waiter, own_deadline);
+        let jitter = config.backoff_min.mul_f64(fastrand::f64());
+        let timer = if !w.push_active() {
+            let poll = after(now, backoff.next_delay());
+            Some(known_at.map_or(poll, |d| poll.min(d.max(now))))
+        } else if in_redis || w.is_front() {
+            // Unknown (the last attempt did not reach Redis): poll with backoff.
+            Some(after(
+                known_at.unwrap_or_else(|| after(now, backoff.next_delay())),
+                jitter,
+            ))
+        } else {
+            None
+        };
+        let timer = match (timer, deadline) {
+            (Some(t), Some(d)) => Some(t.min(d)),
+            (t, d) => t.or(d),
+        };
+        tokio::select! {
+            _ = w.woken() => {
+                if let Some(grant) = w.take_grant() {
+                    // A release gave us the hold already: no round trip.
+                    w.take_wake();
+                    w.settled();
+                    return attempts.handed(grant);
+                }
+                must_try = w.take_wake() || !w.push_active();
+            }
+            _ = sleep_until(timer) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(timed_out(known_at));
+                }
+                must_try = true;
+            }
+        }
+    }
+}
+
+/// Runs `fut` to completion unless `deadline` passes first; false if it did.
+async fn within(deadline: Option<Instant>, fut: impl Future<Output = ()>) -> bool {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.is_ok(),
+        None => {
+            fut.await;
+            true
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The wake-up subscription: one connection per server on which releases reach this client.
+//!
+//! The task owns the connection and nothing else: which channels are wanted, and what a
+//! message means, belong to its [`Listener`] (the client's waiter registry), which it tells of
+//! every message, confirmation and disconnection. After a reconnection it subscribes again to
+//! every channel the listener still wants; anything released meanwhile went unheard, which the
+//! listener answers by waking its waiters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+
+/// How often channels without waiters are looked for, to be unsubscribed.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+
+/// What the subscription tells, and asks, the waiter registry.
+pub(crate) trait Listener: Send + Sync + 'static {
+    /// Every channel wanted now: subscribed again after a reconnection.
+    fn channels(&self) -> Vec<String>;
+    /// Whether `channel` is still wanted (it may have been given up since it was asked for).
+    fn wants(&self, channel: &str) -> bool;
+    /// The connection is up and `channels` are subscribed: releases on them reach us.
+    fn connected(&self, channels: &[String]);
+    /// A newly asked-for channel is subscribed.
+    fn subscribed(&self, channel: &str);
+    /// The connection is down: no release reaches us until it is back.
+    fn disconnected(&self);
+    /// A message arrived on `channel`.
+    fn message(&self, channel: &str, payload: &[u8]);
+    /// Channels without waiters for a while: they are unsubscribed and forgotten.
+    fn idle(&self) -> Vec<String>;
+}
+
+/// Asks the subscription task for channels.
+#[derive(Debug, Clone)]
+pub(crate) struct Subscriber {
+    commands: mpsc::UnboundedSender<String>,
+}
+
+impl Subscriber {
+    /// Asks for `channel`; false if the subscription task is gone (the client is shutting
+    /// down), when no release will reach us.
+    pub(crate) fn subscribe(&self, channel: &str) -> bool {
+        self.commands.send(channel.to_owned()).is_ok()
+    }
+}
+
+/// The task's end of the [`Subscriber`]'s requests.
+#[derive(Debug)]
+pub(crate) struct Requests(mpsc::UnboundedReceiver<String>);
+
+/// A subscriber and the requests it sends, to be handed to the task.
+pub(crate) fn channel() -> (Subscriber, Requests) {
+    let (commands, rx) = mpsc::unbounded_channel();
+    (Subscriber { commands }, Requests(rx))
+}
+
+/// Runs the subscription of `client`'s server until `shutdown`'s sender is dropped.
+pub(super) fn spawn(
+    client: redis::Client,
+    listener: Arc<dyn Listener>,
+    requests: Requests,
+    shutdown: watch::Receiver<()>,
+) {
+    tokio::spawn(run(client, listener, requests.0, shutdown));
+}
+
+async fn run(
+    client: redis::Client,
+    listener: Arc<dyn Listener>,
+    mut requests: mpsc::UnboundedReceiver<String>,
+    mut shutdown: watch::Receiver<()>,
+) {
+    let mut retry = Duration::from_millis(10);
+    loop {
+        let conn = tokio::select! {
+            _ = shutdown.changed() => return,
+            conn = client.get_async_pubsub() => conn,
+        };
+        let (mut sink, mut stream) = match conn {
+            Ok(conn) => conn.split(),
+            Err(err) => {
+                tracing::debug!(error = %err, "wake-up subscription unavailable, waiters poll");
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let names = listener.channels();
+        if !names.is_empty() && sink.subscribe(&names).await.is_err() {
+            continue;
+        }
+        retry = Duration::from_millis(10);
+        // Channels asked for since `names` was read are not subscribed yet: their own
+        // requests, queued, subscribe them.
+        listener.connected(&names);
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                msg = stream.next() => match msg {
+                    Some(msg) => listener.message(msg.get_channel_name(), msg.get_payload_bytes()),
+                    None => break,
+                },
+                name = requests.recv() => {
+                    let Some(name) = name else { return };
+                    if listener.wants(&name) {
+                        if sink.subscribe(&name).await.is_err() {
+                            break;
+                        }
+                        listener.subscribed(&name);
+                    }
+                }
+                _ = sweep.tick() => {
+                    let idle = listener.idle();
+                    if !idle.is_empty() && sink.unsubscribe(&idle).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::debug!("wake-up subscription lost, waiters poll until it is back");
+        listener.disconnected();
+    }
+}

@@ -1,0 +1,96 @@
+//! [`Core`]: what the handles and guards of one client share, instead of the client facade:
+//! its settings, its id, the backend, the waiter registry and the background tasks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use deadpool_redis::Pool;
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use crate::backend::{self, Backend};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::lease::Tasks;
+use crate::notify::Notifier;
+use crate::token::OwnerToken;
+
+/// The shared state of one client.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) config: Config,
+    /// Names this client in Redis queues: a waiter's place starts with it, so the places of a
+    /// client that is gone can be found and removed together.
+    pub(crate) id: String,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) notifier: Notifier,
+    pub(crate) tasks: Tasks,
+    /// Waits for carried owner tokens at queued primitives take turns here.
+    pub(crate) turns: Turns,
+    /// Dropping this stops the subscription task.
+    _shutdown: watch::Sender<()>,
+}
+
+impl Core {
+    /// Starts a client's machinery for one server on the current tokio runtime: the
+    /// subscription, the watchdog and the release queue.
+    pub(crate) fn single(config: Config, pool: Pool, server: redis::Client) -> Arc<Self> {
+        let (subscriber, requests) = backend::subscription();
+        let notifier = Notifier::new(subscriber);
+        let (shutdown, stopped) = watch::channel(());
+        let backend = Arc::new(Backend::single(
+            pool,
+            server,
+            notifier.listener(),
+            requests,
+            stopped,
+        ));
+        let tasks = Tasks::spawn(Arc::clone(&backend));
+        Arc::new(Self {
+            config,
+            id: OwnerToken::new().short_id(),
+            backend,
+            notifier,
+            tasks,
+            turns: Turns::default(),
+            _shutdown: shutdown,
+        })
+    }
+}
+
+/// One turn per carried owner and name in a client, while in use: a hand-over names the client
+/// and the owner, so two waits of one carried owner in one client could not tell whose it is.
+/// They take turns, and the later one re-enters the earlier one's hold.
+#[derive(Debug, Default)]
+pub(crate) struct Turns(StdMutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>);
+
+impl Turns {
+    /// Waits, up to `timeout`, for the turn of `key` (a channel and an owner).
+    pub(crate) async fn take(
+        &self,
+        key: String,
+        timeout: Option<Duration>,
+    ) -> Result<OwnedMutexGuard<()>> {
+        let turn = {
+            let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            turns.retain(|_, t| t.strong_count() > 0);
+            match turns.get(&key).and_then(Weak::upgrade) {
+                Some(turn) => turn,
+                None => {
+                    let turn = Arc::new(tokio::sync::Mutex::new(()));
+                    turns.insert(key, Arc::downgrade(&turn));
+                    turn
+                }
+            }
+        };
+        match timeout {
+            None => Ok(turn.lock_owned().await),
+            Some(t) => tokio::time::timeout(t, turn.lock_owned())
+                .await
+                .map_err(|_| Error::Timeout {
+                    waited: t,
+                    lease_left: None,
+                }),
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The administrator's scripts: `inspect` (reads any layout, writes nothing) and
+//! `force_unlock` (ends every hold and queue place of a name), and the decoding of their replies
+//! into the public [`Snapshot`] and [`ForceUnlocked`].
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::reply::{Reply, int};
+use super::scripts::{FORCE_UNLOCK, INSPECT};
+use super::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT};
+use crate::backend::{Call, Request};
+use crate::error::{Error, Result, wrong_type};
+use crate::inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
+use crate::key::LockKeys;
+use crate::token::SHORT_ID_LEN;
+
+/// Reads the state of `name`, whatever primitive it is in use as.
+#[derive(Debug)]
+pub(crate) struct Inspect<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+}
+
+impl Request for Inspect<'_> {
+    type Reply = Snapshot;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = INSPECT.call();
+        for key in self.keys.queued() {
+            call.key(key);
+        }
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<Snapshot> {
+        parse(self.name, raw, self.keys)
+    }
+}
+
+/// Ends every hold and queue place of a name; the fencing counter is kept.
+#[derive(Debug)]
+pub(crate) struct ForceUnlock<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) fence_ttl_ms: u64,
+}
+
+impl Request for ForceUnlock<'_> {
+    type Reply = ForceUnlocked;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = FORCE_UNLOCK.call();
+        for key in self.keys.queued() {
+            call.key(key);
+        }
+        call.arg(&self.keys.wake).arg(self.fence_ttl_ms);
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<ForceUnlocked> {
+        let keys = self.keys.queued();
+        let raw = match raw {
+            // The status of a successful removal is the layout tag, not a number.
+            Value::Array(items) if matches!(items.first(), Some(Value::BulkString(_))) => items,
+            other => {
+                let (status, reply) =
+                    Reply::decode("force_unlock", other, &keys, "a layout of version 1")?;
+                return Err(reply.unexpected(status));
+            }
+        };
+        let layout = match raw.first() {
+            Some(v) => text(v)?,
+            None => String::new(),
+        };
+        let count = |i: usize| {
+            raw.get(i)
+                .map(count)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        Ok(ForceUnlocked {
+            kind: kind_of(&layout, self.keys)?,
+            holders: count(1)?,
+            waiters: count(2)?,
+        })
+    }
+}
+
+fn kind_of(layout: &str, keys: &LockKeys) -> Result<Option<LockKind>> {
+    Ok(match layout {
+        "" => None,
+        MUTEX_LAYOUT => Some(LockKind::Mutex),
+        FAIR_LAYOUT => Some(LockKind::FairMutex),
+        SEMAPHORE_LAYOUT => Some(LockKind::Semaphore),
+        RWLOCK_LAYOUT => Some(LockKind::RwLock),
+        _ => {
+            return Err(Error::Layout {
+                key: keys.lock.clone(),
+                found: layout.to_owned(),
+                expected: "a layout of version 1",
+            });
+        }
+    })
+}
+
+fn bad(detail: String) -> Error {
+    Error::Protocol {
+        script: "inspect",
+        detail,
+    }
+}
+
+fn text(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        other => Err(bad(format!("expected text, got {other:?}"))),
+    }
+}
+
+fn num(v: &Value) -> Result<i64> {
+    int(v).ok_or_else(|| bad(format!("expected an integer, got {v:?}")))
+}
+
+fn count(v: &Value) -> Result<u32> {
+    Ok(u32::try_from(num(v)?.max(0)).unwrap_or(u32::MAX))
+}
+
+fn millis(v: &Value) -> Result<Option<Duration>> {
+    Ok(u64::try_from(num(v)?).ok().map(Duration::from_millis))
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(SHORT_ID_LEN).collect()
+}
+
+fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
+    let Value::Array(items) = raw else {
+        return Err(bad(format!("expected an array, got {raw:?}")));
+    };
+    match items.first() {
+        Some(Value::Int(-1)) => {
+            let key = match items.get(2).and_then(int) {
+                Some(2) => &keys.holders,
+                Some(3) => &keys.queue,
+                Some(4) => &keys.fence,
+                _ => &keys.lock,
+            };
+            let found = items.get(1).map(text).transpose()?.unwrap_or_default();
+            return Err(wrong_type(key, &found));
+        }
+        Some(Value::Int(-2)) => {
+            return Err(Error::Layout {
+                key: keys.lock.clone(),
+                found: items.get(1).map(text).transpose()?.unwrap_or_default(),
+                expected: "a layout of version 1",
+            });
+        }
+        _ => {}
+    }
+    let [
+        layout,
+        _used,
+        cap,
+        last,
+        Value::Array(holders),
+        Value::Array(waiters),
+    ] = &items[..]
+    else {
+        return Err(bad(format!("unexpected reply {items:?}")));
+    };
+    let kind = kind_of(&text(layout)?, keys)?;
+    let holders = holders
+        .chunks(4)
+        .map(|h| match h {
+            [id, x, n, left] => Ok(HolderInfo {
+                id: short(&text(id)?),
+                exclusive_holds: count(x)?,
+                shared_holds: count(n)?,
+                lease_left: millis(left)?,
+            }),
+            _ => Err(bad(format!("truncated holder {h:?}"))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let waiters = waiters
+        .chunks(3)
+        .map(|w| match w {
+            [id, want, client] => {
+                let want = text(want)?;
+                // op, units, then `/` and the lease it asked for
+                let units = want
+                    .get(1..)
+                    .and_then(|rest| rest.split('/').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                let wants = match want.chars().next() {
+                    Some('r') => Wants::Read,
+                    Some('w') => Wants::Write,
+                    Some('s') => Wants::Permits(units),
+                    _ => Wants::Exclusive,
+                };
+                Ok(WaiterInfo {
+                    id: short(&text(id)?),
+                    wants,
+                    client: text(client)?,
+                })
+            }
+            _ => Err(bad(format!("truncated waiter {w:?}"))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let semaphore = kind == Some(LockKind::Semaphore);
+    let last = num(last)?;
+    Ok(Snapshot {
+        name: name.to_owned(),
+        permits_in_use: semaphore.then(|| holders.iter().map(|h| h.shared_holds).sum()),
+        capacity: if semaphore { Some(count(cap)?) } else { None },
+        last_fencing_token: u64::try_from(last).ok().filter(|t| *t > 0),
+        kind,
+        holders,
+        waiters,
+    })
+}

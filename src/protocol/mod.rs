@@ -1,0 +1,146 @@
+//! The protocol: what each script takes and answers, typed. Each operation is a
+//! [`Request`](crate::backend::Request) that the backend carries: its script call (keys and
+//! arguments in the order the script's header gives) and the decoding of its reply into typed
+//! answers and errors. The layers above never see a raw reply or a script argument.
+//!
+//! * [`mutex`]: the plain mutex's acquire, release and batched extend;
+//! * [`queue`]: the queued primitives' (fair mutex, semaphore, read-write lock), and the queue
+//!   member and waiter id formats;
+//! * [`admin`]: `inspect` and `force_unlock`;
+//! * [`wake`]: the grammar of the messages releases publish on a name's channel.
+//!
+//! The scripts themselves are in `lua/v1/` ([`scripts`] embeds and pins them); their contracts
+//! are in `lua/README.md`.
+
+pub(crate) mod admin;
+pub(crate) mod mutex;
+pub(crate) mod queue;
+mod reply;
+mod scripts;
+pub(crate) mod wake;
+
+use std::time::Duration;
+
+pub(crate) use reply::foreign;
+
+/// The layout tag the mutex scripts store in the `~layout` field of the lock hash.
+pub(crate) const MUTEX_LAYOUT: &str = "mutex:1";
+/// The layout tags the queue scripts store in the `~layout` field of the meta hash.
+pub(crate) const FAIR_LAYOUT: &str = "fair:1";
+pub(crate) const SEMAPHORE_LAYOUT: &str = "semaphore:1";
+pub(crate) const RWLOCK_LAYOUT: &str = "rwlock:1";
+
+/// What a name is used as, and so which scripts and layout serve it. Each stores its own layout
+/// tag, so one name cannot be used as two kinds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// The plain mutex: the `mutex_*` scripts.
+    Mutex,
+    /// The queued primitives: the `queue_*` scripts.
+    Fair,
+    Semaphore,
+    RwLock,
+}
+
+impl Family {
+    pub(crate) fn layout(self) -> &'static str {
+        match self {
+            Self::Mutex => MUTEX_LAYOUT,
+            Self::Fair => FAIR_LAYOUT,
+            Self::Semaphore => SEMAPHORE_LAYOUT,
+            Self::RwLock => RWLOCK_LAYOUT,
+        }
+    }
+
+    /// Its waiters queue in Redis (everything but the plain mutex).
+    pub(crate) fn is_queued(self) -> bool {
+        self != Self::Mutex
+    }
+}
+
+/// What a hold is: the `op` argument of the queue scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// A mutex's or fair mutex's only mode.
+    Exclusive,
+    Read,
+    Write,
+    /// One permit id holding one or more permits.
+    Permits,
+    /// Not a hold: a waiter's place in the queue. `fresh` when the owner was made for this
+    /// wait: leaving then also gives back a hold that a hand-over may already have given it.
+    Waiting {
+        fresh: bool,
+    },
+}
+
+impl Op {
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Self::Exclusive => "x",
+            Self::Read => "r",
+            Self::Write => "w",
+            Self::Permits => "s",
+            Self::Waiting { fresh: false } => "q",
+            Self::Waiting { fresh: true } => "Q",
+        }
+    }
+
+    /// The exclusive hold of its name (whose lease is the meta hash's `~wexp`), as opposed to
+    /// shared holds (read holds, permits: leases in the holders set).
+    pub(crate) fn is_exclusive(self) -> bool {
+        matches!(self, Self::Exclusive | Self::Write)
+    }
+}
+
+/// How an attempt claims the lock for its owner (the scripts' `claim` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The owner token was made for this call. If Redis says it already holds, an earlier
+    /// attempt was granted and its answer lost: that hold is returned as is, not added to.
+    New,
+    /// A token the caller carried: join the owner's holds, or acquire.
+    As,
+    /// Re-entry only: add a hold if the owner still holds, else report busy.
+    Again,
+    /// A waiter that queued earlier asks again (its timer ran out, or it missed its message):
+    /// as [`New`](Self::New), and it keeps its place. `fresh` when the owner was made for this
+    /// wait (the wait began with `New`).
+    Queued { fresh: bool },
+}
+
+impl Claim {
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::As => "as",
+            Self::Again => "again",
+            Self::Queued { .. } => "queued",
+        }
+    }
+
+    /// The owner was made for this acquisition: whatever it holds, this acquisition got, and
+    /// may be given back blindly.
+    pub(crate) fn is_fresh(self) -> bool {
+        matches!(self, Self::New | Self::Queued { fresh: true })
+    }
+}
+
+/// The answer to an acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Acquired, with this fencing token (0 for read holds).
+    Granted { fence: u64 },
+    /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
+    /// ends, or the earliest lease end; `None`: unknown or never). `queued` when the attempt
+    /// left (or kept) the owner waiting in the name's queue.
+    Busy {
+        wait: Option<Duration>,
+        queued: bool,
+    },
+}
+
+/// A duration in ms from a script, where negative means none.
+fn ms(value: i64) -> Option<Duration> {
+    u64::try_from(value).ok().map(Duration::from_millis)
+}

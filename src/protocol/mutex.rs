@@ -1,0 +1,116 @@
+//! The plain mutex's scripts: `mutex_acquire`, `mutex_release` and `mutex_extend` (see
+//! `lua/README.md` for their contracts).
+
+use redis::Value;
+
+use super::reply::{Reply, statuses};
+use super::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_RELEASE};
+use super::{Answer, Claim, MUTEX_LAYOUT, ms};
+use crate::backend::{Call, Request};
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+
+/// One acquisition attempt for `owner`.
+#[derive(Debug)]
+pub(crate) struct Acquire<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) lease_ms: u64,
+    /// The fencing counter's lifetime.
+    pub(crate) fence_ttl_ms: u64,
+    pub(crate) claim: Claim,
+}
+
+impl Request for Acquire<'_> {
+    type Reply = Answer;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = MUTEX_ACQUIRE.call();
+        call.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(self.owner)
+            .arg(self.lease_ms)
+            .arg(self.fence_ttl_ms)
+            .arg(self.claim.code());
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<Answer> {
+        let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
+        let (status, reply) = Reply::decode("mutex_acquire", raw, &keys, MUTEX_LAYOUT)?;
+        match status {
+            1 => Ok(Answer::Granted {
+                fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
+            }),
+            0 => Ok(Answer::Busy {
+                wait: ms(reply.int(1)?),
+                queued: false,
+            }),
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+/// Releases one hold of `owner`: `Ok` when released, [`Error::NotHeld`] when the owner held
+/// nothing (nothing changed).
+#[derive(Debug)]
+pub(crate) struct Release<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+}
+
+impl Request for Release<'_> {
+    type Reply = ();
+
+    fn call(&self) -> Call<'_> {
+        let mut call = MUTEX_RELEASE.call();
+        call.key(&self.keys.lock)
+            .arg(self.owner)
+            .arg(&self.keys.wake);
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<()> {
+        let (status, reply) =
+            Reply::decode("mutex_release", raw, &[&self.keys.lock], MUTEX_LAYOUT)?;
+        match status {
+            1 | 2 => Ok(()),
+            0 => Err(Error::NotHeld {
+                name: self.name.to_owned(),
+            }),
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+/// One hold to renew: its lock key, owner and the lease in ms it must have at least.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    pub(crate) lock: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) ms: u64,
+}
+
+/// Renews holds of many names in one call: one status per item, `1` renewed, `0` not held
+/// any more, `-1` foreign data, `-2` foreign layout.
+#[derive(Debug)]
+pub(crate) struct Extend<'a> {
+    pub(crate) items: &'a [Renewal<'a>],
+}
+
+impl Request for Extend<'_> {
+    type Reply = Vec<i64>;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = MUTEX_EXTEND.call();
+        for item in self.items {
+            call.key(item.lock).arg(item.owner).arg(item.ms);
+        }
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<Vec<i64>> {
+        statuses("mutex_extend", raw, self.items.len())
+    }
+}

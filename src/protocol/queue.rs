@@ -1,0 +1,182 @@
+//! The queued primitives' scripts (fair mutex, semaphore, read-write lock): `queue_acquire`,
+//! `queue_release` and `queue_extend`, each prefixed with `keys_lib` and `queue_lib`; and the
+//! names a waiter goes by (see `lua/README.md`).
+
+use redis::Value;
+
+use super::reply::{Reply, statuses};
+use super::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE};
+use super::{Answer, Claim, Family, Op, ms};
+use crate::backend::{Call, Request};
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+
+/// How a release names a waiter it lets through (in its message): `client/owner`.
+pub(crate) fn waiter_id(client: &str, owner: &str) -> String {
+    format!("{client}/{owner}")
+}
+
+/// A waiter's member in the queue: `client/owner/<op><units>/<lease ms>/<grace ms>`, which is
+/// everything a release needs to hand it the lock.
+pub(crate) fn member(
+    client: &str,
+    owner: &str,
+    op: Op,
+    units: u32,
+    lease_ms: u64,
+    grace_ms: u64,
+) -> String {
+    format!(
+        "{client}/{owner}/{}{units}/{lease_ms}/{grace_ms}",
+        op.code()
+    )
+}
+
+/// One acquisition attempt: `units` of `op` for `owner`. With a `grace`, a busy attempt queues
+/// the owner (or keeps its place); without, it only tries.
+#[derive(Debug)]
+pub(crate) struct Acquire<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) family: Family,
+    pub(crate) op: Op,
+    pub(crate) owner: &'a str,
+    pub(crate) units: u32,
+    /// The semaphore's capacity (0 for the locks).
+    pub(crate) capacity: u32,
+    pub(crate) lease_ms: u64,
+    /// The first term of a hold handed to this waiter; 0: do not queue.
+    pub(crate) grace_ms: u64,
+    pub(crate) fence_ttl_ms: u64,
+    pub(crate) claim: Claim,
+    /// The client id, which the waiter's queue member starts with.
+    pub(crate) client: &'a str,
+}
+
+impl Request for Acquire<'_> {
+    type Reply = Answer;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = QUEUE_ACQUIRE.call();
+        for key in self.keys.queued() {
+            call.key(key);
+        }
+        call.arg(self.family.layout())
+            .arg(self.op.code())
+            .arg(self.owner)
+            .arg(self.units)
+            .arg(self.capacity)
+            .arg(self.lease_ms)
+            .arg(self.grace_ms)
+            .arg(self.fence_ttl_ms)
+            .arg(&self.keys.wake)
+            .arg(self.claim.code())
+            .arg(self.client);
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<Answer> {
+        let keys = self.keys.queued();
+        let (status, reply) = Reply::decode("queue_acquire", raw, &keys, self.family.layout())?;
+        match status {
+            1 => Ok(Answer::Granted {
+                fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
+            }),
+            0 => Ok(Answer::Busy {
+                wait: ms(reply.int(1)?),
+                queued: reply.int(2)? == 1,
+            }),
+            -3 => Err(Error::CapacityMismatch {
+                name: self.name.to_owned(),
+                ours: self.capacity,
+                theirs: u32::try_from(reply.int(1)?).unwrap_or_default(),
+            }),
+            -4 => Err(Error::Upgrade {
+                name: self.name.to_owned(),
+            }),
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+/// Releases one hold of `owner` of `op`, or leaves the queue (`op` [`Op::Waiting`], `owner`
+/// the queue member). `Ok` when done, [`Error::NotHeld`] when there was nothing to release.
+#[derive(Debug)]
+pub(crate) struct Release<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) family: Family,
+    pub(crate) op: Op,
+    pub(crate) owner: &'a str,
+    pub(crate) fence_ttl_ms: u64,
+}
+
+impl Request for Release<'_> {
+    type Reply = ();
+
+    fn call(&self) -> Call<'_> {
+        let mut call = QUEUE_RELEASE.call();
+        for key in self.keys.queued() {
+            call.key(key);
+        }
+        call.arg(self.family.layout())
+            .arg(self.op.code())
+            .arg(self.owner)
+            .arg(&self.keys.wake)
+            .arg(self.fence_ttl_ms);
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<()> {
+        let keys = self.keys.queued();
+        let (status, reply) = Reply::decode("queue_release", raw, &keys, self.family.layout())?;
+        match status {
+            1..=3 => Ok(()),
+            0 => Err(Error::NotHeld {
+                name: self.name.to_owned(),
+            }),
+            other => Err(reply.unexpected(other)),
+        }
+    }
+}
+
+/// One hold to renew: the exclusive hold of its name, or an owner's shared holds (read holds,
+/// a permit), to at least `ms` from now.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) family: Family,
+    pub(crate) exclusive: bool,
+    pub(crate) owner: &'a str,
+    pub(crate) ms: u64,
+}
+
+/// Renews holds of many names in one call: one status per item, `1` renewed, `0` not held
+/// any more, `-1` foreign data, `-2` foreign layout. Waiters' places are never renewed: they
+/// have no deadline.
+#[derive(Debug)]
+pub(crate) struct Extend<'a> {
+    pub(crate) items: &'a [Renewal<'a>],
+}
+
+impl Request for Extend<'_> {
+    type Reply = Vec<i64>;
+
+    fn call(&self) -> Call<'_> {
+        let mut call = QUEUE_EXTEND.call();
+        for item in self.items {
+            for key in &item.keys.queued()[..3] {
+                call.key(*key);
+            }
+            call.arg(item.family.layout())
+                .arg(if item.exclusive { "w" } else { "h" })
+                .arg(item.owner)
+                .arg(item.ms);
+        }
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<Vec<i64>> {
+        statuses("queue_extend", raw, self.items.len())
+    }
+}

@@ -1,0 +1,251 @@
+//! [`MutexGuard`](crate::MutexGuard): proof that an owner holds a [`Mutex`](crate::Mutex) or a
+//! [`FairMutex`](crate::FairMutex) once.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::acquire::{Ask, Engine};
+use crate::error::Result;
+use crate::lease::{Held, HoldView, Lost};
+use crate::protocol::{Claim, Family, Op};
+use crate::token::OwnerToken;
+
+/// Proof that this owner holds a [`Mutex`](crate::Mutex) or a [`FairMutex`](crate::FairMutex)
+/// once. One hold per guard: a re-entered lock has one guard per hold.
+///
+/// There is no `Deref`: the lock guards no local data, it guards whatever the name stands for.
+/// Check [`is_held`](Self::is_held) or race the work against [`lost`](Self::lost) when the work
+/// may outlast the lease, and hand [`fencing_token`](Self::fencing_token) to storage that can
+/// refuse stale writers.
+///
+/// # Drop
+///
+/// Dropping the guard releases its hold in the background (the client's release queue), which
+/// needs the tokio runtime the client runs on; if that is gone, the lease runs out instead.
+/// Call [`unlock`](Self::unlock) to release now and see the outcome.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let guard = client.mutex("a")?.lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost, stopping"),
+///     _ = async { /* the work */ } => {}
+/// }
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    held: Held,
+    /// The handle's machinery, for re-entry.
+    engine: Engine,
+}
+
+impl fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("name", &self.name())
+            .field("fair", &(self.engine.family == Family::Fair))
+            .field("fencing_token", &self.held.fence)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MutexGuard {
+    fn new(held: Held, engine: Engine) -> Self {
+        Self { held, engine }
+    }
+
+    /// Takes the lock of `engine` (a mutex or fair mutex) for `owner`, waiting up to `timeout`.
+    pub(super) async fn acquire(
+        engine: &Engine,
+        owner: OwnerToken,
+        claim: Claim,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let ask = Ask::one(Op::Exclusive, owner, claim);
+        let held = engine.acquire(ask, timeout).await?;
+        Ok(Self::new(held, engine.clone()))
+    }
+
+    /// Takes the lock of `engine` for `owner` if it is free, in one round trip.
+    pub(super) async fn try_acquire(
+        engine: &Engine,
+        owner: OwnerToken,
+        claim: Claim,
+    ) -> Result<Option<Self>> {
+        let attempt = engine
+            .try_acquire(Ask::one(Op::Exclusive, owner, claim))
+            .await?;
+        Ok(attempt
+            .acquired()
+            .map(|held| Self::new(held, engine.clone())))
+    }
+
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// assert_eq!(guard.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.held.name()
+    }
+
+    /// The owner of this hold. It is a capability: hand it only to code that may re-enter.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// let header_value = guard.owner().to_string();
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> &OwnerToken {
+        &self.held.owner
+    }
+
+    /// The fencing token of this holding: above every token issued for this name before it.
+    /// Re-entered holds share the token of the holding they joined.
+    ///
+    /// Tokens come from a counter kept beside the lock for 7 days after the last fresh
+    /// acquisition ([`FENCE_TTL`](crate::FENCE_TTL)) and never fall below the Redis server's
+    /// clock in microseconds, so they keep rising after the counter expires, as long as that
+    /// clock does not go back.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let mutex = client.mutex("a")?;
+    /// let first = mutex.lock().await?;
+    /// let t1 = first.fencing_token();
+    /// first.unlock().await?;
+    /// assert!(mutex.lock().await?.fencing_token() > t1);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.held.fence
+    }
+
+    /// False once the lease is known lost: a renewal found the lock gone or owned by another,
+    /// Redis could not be reached before the lease ran out, or a fixed lease ran out. A lost
+    /// guard never becomes held again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// assert!(guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.held.is_held()
+    }
+
+    /// A future that completes when the lease is known lost (see [`is_held`](Self::is_held)).
+    /// It does not borrow the guard.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// let lost = guard.lost();
+    /// tokio::select! {
+    ///     _ = lost => { /* stop writing */ }
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Lost {
+        self.held.lost()
+    }
+
+    /// A cheap view of this hold that does not keep it: name, fencing token, `is_held` and
+    /// `lost`, for code that watches the hold without owning it (a middleware's handler).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// let view = guard.view();
+    /// tokio::spawn(async move {
+    ///     view.lost().await;
+    ///     eprintln!("`{}` lost", view.name());
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn view(&self) -> HoldView {
+        self.held.view()
+    }
+
+    /// Makes the remaining lease at least `lease` from now (a longer remaining lease is kept).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if the hold is lost (the guard is then lost for good),
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease outside the bounds, and connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an extension that still reaches Redis only lengthens the lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.mutex("a")?.with_lease(Duration::from_secs(5))?.lock().await?;
+    /// guard.extend(Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.extend", skip_all, fields(lock = %self.name()))]
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease).await
+    }
+
+    /// Adds one hold for the same owner, with the same lease settings, and returns its guard.
+    /// The lock stays held until both guards are released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if this hold is lost, and as [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Mutex::lock_as`](crate::Mutex::lock_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let outer = client.mutex("a")?.lock().await?;
+    /// let inner = outer.reenter().await?;
+    /// inner.unlock().await?;
+    /// outer.unlock().await?; // now the lock is free
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.name()))]
+    pub async fn reenter(&self) -> Result<MutexGuard> {
+        let held = self.engine.again(Op::Exclusive, &self.held).await?;
+        Ok(Self::new(held, self.engine.clone()))
+    }
+
+    /// Releases this hold now. The lock is free once every hold of the owner is released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if the owner no longer held the lock (its lease ran out, or the key
+    /// was deleted): nothing was changed. Connection errors leave the release to the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a cancelled `unlock` may or may not have released the
+    /// hold; either way the watchdog no longer renews it, so it is gone within one lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.mutex("a")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.unlock", skip_all, fields(lock = %self.name()))]
+    pub async fn unlock(self) -> Result<()> {
+        self.held.release().await
+    }
+}

@@ -1,0 +1,215 @@
+//! [`RwLockWriteGuard`]: proof that an owner holds an [`RwLock`](crate::RwLock) for writing.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::RwLockReadGuard;
+use crate::acquire::Engine;
+use crate::error::Result;
+use crate::lease::{Held, HoldView, Lost};
+use crate::protocol::Op;
+use crate::token::OwnerToken;
+
+/// Proof that this owner holds an [`RwLock`](crate::RwLock) for writing, once.
+///
+/// # Drop
+///
+/// Dropping the guard releases its hold in the background (the client's release queue); if the
+/// runtime is gone, the lease runs out instead. Call [`unlock`](Self::unlock) to release now.
+///
+/// ```no_run
+/// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+/// let writer = client.rwlock("a")?.write().await?;
+/// writer.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct RwLockWriteGuard {
+    held: Held,
+    /// The lock's machinery, for re-entry and downgrade.
+    engine: Engine,
+}
+
+impl fmt::Debug for RwLockWriteGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockWriteGuard")
+            .field("name", &self.engine.name)
+            .field("fencing_token", &self.held.fence)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RwLockWriteGuard {
+    pub(super) fn new(held: Held, engine: Engine) -> Self {
+        Self { held, engine }
+    }
+
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// assert_eq!(client.rwlock("a")?.write().await?.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.held.name()
+    }
+
+    /// The owner of this hold; a capability for [`RwLock::write_as`](crate::RwLock::write_as) and
+    /// [`RwLock::read_as`](crate::RwLock::read_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// let carried = writer.owner().to_string();
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> &OwnerToken {
+        &self.held.owner
+    }
+
+    /// The fencing token of this write holding: above every token issued for this name before
+    /// it. Re-entered write holds share it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// let token = writer.fencing_token();
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.held.fence
+    }
+
+    /// False once the lease is known lost.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// assert!(client.rwlock("a")?.write().await?.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.held.is_held()
+    }
+
+    /// A future that completes when the lease is known lost. It does not borrow the guard.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// tokio::select! {
+    ///     _ = writer.lost() => { /* stop writing */ }
+    ///     _ = async { /* the work */ } => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Lost {
+        self.held.lost()
+    }
+
+    /// A cheap view of this hold that does not keep it (see
+    /// [`MutexGuard::view`](crate::MutexGuard::view)).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let guard = client.rwlock("a")?.write().await?;
+    /// assert!(guard.view().is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn view(&self) -> HoldView {
+        self.held.view()
+    }
+
+    /// Makes the remaining lease at least `lease` from now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if the hold is lost, invalid leases and
+    /// connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an extension that still reaches Redis only lengthens the lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// writer.extend(std::time::Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.extend", skip_all, fields(lock = %self.name()))]
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease).await
+    }
+
+    /// Adds one write hold for the same owner; the lock stays write-locked until both are
+    /// released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if this hold is lost; connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::write_as`](crate::RwLock::write_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let outer = client.rwlock("a")?.write().await?;
+    /// let inner = outer.reenter().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.name()))]
+    pub async fn reenter(&self) -> Result<RwLockWriteGuard> {
+        let held = self.engine.again(Op::Write, &self.held).await?;
+        Ok(Self::new(held, self.engine.clone()))
+    }
+
+    /// Takes a read hold as the same owner (downgrade): release the write guard afterwards and
+    /// this process keeps reading, with other readers let in, and no writer in between.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if this hold is lost; connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read_as`](crate::RwLock::read_as).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// // ... write ...
+    /// let reader = writer.read().await?;
+    /// writer.unlock().await?; // still reading; other readers may join
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.downgrade", skip_all, fields(lock = %self.name()))]
+    pub async fn read(&self) -> Result<RwLockReadGuard> {
+        let held = self.engine.again(Op::Read, &self.held).await?;
+        Ok(RwLockReadGuard::new(held, self.engine.clone()))
+    }
+
+    /// Releases this write hold now. Queued readers (up to the next writer), or the next
+    /// writer, are woken when the lock frees.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if the hold was gone: nothing was changed.
+    ///
+    /// # Cancel safety
+    ///
+    /// A cancelled `unlock` may or may not have released the hold; it is gone within a lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// client.rwlock("a")?.write().await?.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "redlatch.unlock", skip_all, fields(lock = %self.name()))]
+    pub async fn unlock(self) -> Result<()> {
+        self.held.release().await
+    }
+}
