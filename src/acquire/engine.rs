@@ -206,7 +206,7 @@ impl Engine {
     pub(super) fn abandon(&self, ask: Ask, queued: bool) {
         let fresh = ask.claim.is_fresh();
         if fresh {
-            let hold = self.hold(ask.op, &ask.owner, self.lease, Instant::now());
+            let hold = self.hold(ask.op, ask.owner.as_field(), self.lease, Instant::now());
             drop(Lease::new(hold, self.core.tasks.clone()));
         }
         if queued {
@@ -214,29 +214,25 @@ impl Engine {
         }
     }
 
-    /// A hold of `op` for `owner`, granted by a request sent at `sent_at`.
-    pub(super) fn hold(
-        &self,
-        op: Op,
-        owner: &OwnerToken,
-        lease: Duration,
-        sent_at: Instant,
-    ) -> Hold {
+    /// A hold of `op` for `owner` (as stored in Redis), granted by a request sent at
+    /// `sent_at`.
+    pub(super) fn hold(&self, op: Op, owner: String, lease: Duration, sent_at: Instant) -> Hold {
         Hold::new(
             self.family,
             op,
             Arc::clone(&self.name),
             Arc::clone(&self.keys),
-            owner.as_field(),
+            owner,
             lease,
             self.renew,
             sent_at,
         )
     }
 
-    /// The granted hold of `ask`, with fencing token `fence`, registered with the watchdog.
-    pub(super) fn held(&self, ask: Ask, fence: u64, sent_at: Instant) -> Held {
-        let hold = self.hold(ask.op, &ask.owner, self.lease, sent_at);
+    /// The granted hold of `ask` (its owner as stored in Redis: `owner`), with fencing token
+    /// `fence`, registered with the watchdog.
+    pub(super) fn held(&self, ask: Ask, owner: String, fence: u64, sent_at: Instant) -> Held {
+        let hold = self.hold(ask.op, owner, self.lease, sent_at);
         Held {
             owner: ask.owner,
             fence,
@@ -267,7 +263,7 @@ impl Engine {
         };
         let sent_at = Instant::now();
         Ok(match self.core.backend.run(&request).await? {
-            Answer::Granted { fence } => Attempt::Acquired(self.held(ask, fence, sent_at)),
+            Answer::Granted { fence } => Attempt::Acquired(self.held(ask, owner, fence, sent_at)),
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })
     }

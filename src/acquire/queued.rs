@@ -89,7 +89,7 @@ pub(super) async fn run(
                 // Redis removed the place when it granted the hold.
                 lease.disarm();
             }
-            Ok(Attempt::Acquired(engine.held(ask, fence, sent_at)))
+            Ok(Attempt::Acquired(engine.held(ask, owner, fence, sent_at)))
         }
         Answer::Busy { wait, queued } => {
             if let Some(place) = place.as_deref()
@@ -118,7 +118,7 @@ pub(super) async fn run(
 pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant) -> Held {
     let now = Instant::now();
     let sent_at = now.checked_sub(grant.term / 20).unwrap_or(now);
-    let hold = engine.hold(ask.op, &ask.owner, engine.lease, sent_at);
+    let hold = engine.hold(ask.op, ask.owner.as_field(), engine.lease, sent_at);
     hold.handed_until(after(sent_at, grant.term));
     Held {
         owner: ask.owner,

@@ -5,7 +5,7 @@
 //! which keys and arguments and how its reply decodes, and the backend carries it to a server
 //! and hands back the decoded reply. Today the backend is one server ([`single::Node`]): every
 //! script goes over one multiplexed connection, run by SHA with the source as the fallback
-//! ([`Script`]). The seam is [`Backend::run`] and [`Backend::batch_group`]: a Redis Cluster can
+//! ([`Script`], [`By`]). The seam is [`Backend::run`] and [`Backend::batch_group`]: a Redis Cluster can
 //! route each call by the hash slot of its first key and group batches by slot, and a quorum of
 //! independent servers can run a request on each and vote on the decoded replies, without the
 //! layers above changing.
@@ -23,7 +23,7 @@ use deadpool_redis::Pool;
 use redis::Value;
 use tokio::sync::watch;
 
-pub(crate) use script::{Call, Script};
+pub(crate) use script::{By, Call, Script};
 pub(crate) use subscription::{Listener, Requests, Subscriber, channel as subscription};
 
 use crate::error::Result;
@@ -33,8 +33,9 @@ use single::Node;
 pub(crate) trait Request {
     /// The decoded reply.
     type Reply;
-    /// The script call: script, keys (the first one routes it) and arguments.
-    fn call(&self) -> Call<'_>;
+    /// The script call, naming the script `by` hash or source: keys (the first one routes it)
+    /// and arguments.
+    fn call(&self, by: By) -> Call;
     /// Decodes the raw reply (typed errors for foreign data and unexpected replies).
     fn decode(&self, raw: Value) -> Result<Self::Reply>;
 }
@@ -71,7 +72,7 @@ impl Backend {
     /// Runs `request` and decodes its reply.
     pub(crate) async fn run<R: Request>(&self, request: &R) -> Result<R::Reply> {
         let raw = match &self.servers {
-            Servers::Single(node) => node.invoke(&request.call()).await?,
+            Servers::Single(node) => node.invoke(request).await?,
         };
         request.decode(raw)
     }

@@ -2,6 +2,9 @@
 //! whose script cache does not have it (`NOSCRIPT`: after a restart, a failover or a
 //! `SCRIPT FLUSH`). `EVAL` runs and caches the script in one step, so no flush between a load
 //! and a retry can fail the call.
+//!
+//! A call writes its keys and arguments straight into the command, keys first: a caller says
+//! how many keys it will give, as `EVALSHA` wants the count before them.
 
 use redis::{Cmd, ToRedisArgs};
 
@@ -10,6 +13,15 @@ use redis::{Cmd, ToRedisArgs};
 pub(crate) struct Script {
     source: &'static str,
     hash: String,
+}
+
+/// How a call names its script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    /// `EVALSHA`: from the server's script cache.
+    Hash,
+    /// `EVAL`: the source, for a server that does not have it cached.
+    Source,
 }
 
 impl Script {
@@ -26,52 +38,49 @@ impl Script {
         &self.hash
     }
 
-    /// A call of this script with no keys or arguments yet.
-    pub(crate) fn call(&self) -> Call<'_> {
+    /// A call of this script, named `by` hash or source, that will be given `keys` keys and
+    /// then its arguments.
+    pub(crate) fn call(&self, by: By, keys: usize) -> Call {
+        // Room for the usual call without growing: a few keys and a dozen short arguments.
+        let (verb, script) = match by {
+            By::Hash => ("EVALSHA", self.hash.as_str()),
+            By::Source => ("EVAL", self.source),
+        };
+        let mut cmd = Cmd::with_capacity(16 + 2 * keys, 256 + 64 * keys + script.len());
+        cmd.arg(verb).arg(script).arg(keys);
         Call {
-            script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            cmd,
+            keys_left: keys,
         }
     }
 }
 
-/// A script call: its keys and arguments.
+/// A script call being written: its keys, then its arguments.
 #[derive(Debug)]
-pub(crate) struct Call<'a> {
-    script: &'a Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+pub(crate) struct Call {
+    cmd: Cmd,
+    /// Keys still to come before the first argument.
+    keys_left: usize,
 }
 
-impl Call<'_> {
+impl Call {
     pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
-        self.keys.extend(key.to_redis_args());
+        debug_assert!(self.keys_left > 0, "more keys than the call was made for");
+        self.keys_left = self.keys_left.saturating_sub(1);
+        self.cmd.arg(key);
         self
     }
 
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
-        self.args.extend(arg.to_redis_args());
+        debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
+        self.cmd.arg(arg);
         self
     }
 
-    fn command(&self, verb: &str, script: &str) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(script)
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
-        cmd
-    }
-
-    /// `EVALSHA`: runs the script from the server's cache.
-    pub(crate) fn by_hash(&self) -> Cmd {
-        self.command("EVALSHA", &self.script.hash)
-    }
-
-    /// `EVAL`: sends the source, for a server that does not have it cached.
-    pub(crate) fn by_source(&self) -> Cmd {
-        self.command("EVAL", self.script.source)
+    /// The command, ready to send.
+    pub(crate) fn into_cmd(self) -> Cmd {
+        debug_assert_eq!(self.keys_left, 0, "fewer keys than the call was made for");
+        self.cmd
     }
 }
 
@@ -83,8 +92,11 @@ mod tests {
     fn a_call_names_its_keys_before_its_arguments() {
         let script = Script::new("return 1");
         assert_eq!(script.hash(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
-        let mut call = script.call();
-        call.key("k1").key("k2").arg(7).arg("x");
+        let write = |by| {
+            let mut call = script.call(by, 2);
+            call.key("k1").key("k2").arg(7).arg("x");
+            call.into_cmd().get_packed_command()
+        };
         let expected = redis::cmd("EVALSHA")
             .arg(script.hash())
             .arg(2)
@@ -93,8 +105,9 @@ mod tests {
             .arg(7)
             .arg("x")
             .get_packed_command();
-        assert_eq!(call.by_hash().get_packed_command(), expected);
-        let by_source = call.by_source().get_packed_command();
+        assert_eq!(write(By::Hash), expected);
+        let by_source = write(By::Source);
+        assert!(String::from_utf8_lossy(&by_source).starts_with("*7\r\n$4\r\nEVAL\r\n"));
         assert!(String::from_utf8_lossy(&by_source).contains("return 1"));
     }
 }

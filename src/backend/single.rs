@@ -6,7 +6,8 @@ use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
-use super::script::Call;
+use super::Request;
+use super::script::By;
 use crate::error::Result;
 
 /// One Redis server.
@@ -57,11 +58,13 @@ impl Node {
     /// Runs a script by its SHA1 and returns its raw reply. A server that does not have the
     /// script cached is sent its source (`EVAL`), which runs and caches it at once: a cache
     /// flushed again in between cannot fail the call, as a load followed by a retry could.
-    pub(crate) async fn invoke(&self, call: &Call<'_>) -> Result<Value> {
+    pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
         let mut conn = self.connection().await?;
-        let reply = match call.by_hash().query_async(&mut conn).await {
+        let by_hash = request.call(By::Hash).into_cmd();
+        let reply = match by_hash.query_async(&mut conn).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                call.by_source().query_async(&mut conn).await
+                let by_source = request.call(By::Source).into_cmd();
+                by_source.query_async(&mut conn).await
             }
             other => other,
         };

@@ -9,7 +9,7 @@ use redis::Value;
 use super::reply::{Reply, int};
 use super::scripts::{FORCE_UNLOCK, INSPECT};
 use super::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT};
-use crate::backend::{Call, Request};
+use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result, wrong_type};
 use crate::inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 use crate::key::LockKeys;
@@ -25,8 +25,8 @@ pub(crate) struct Inspect<'a> {
 impl Request for Inspect<'_> {
     type Reply = Snapshot;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = INSPECT.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = INSPECT.call(by, 4);
         for key in self.keys.queued() {
             call.key(key);
         }
@@ -48,8 +48,8 @@ pub(crate) struct ForceUnlock<'a> {
 impl Request for ForceUnlock<'_> {
     type Reply = ForceUnlocked;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = FORCE_UNLOCK.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = FORCE_UNLOCK.call(by, 4);
         for key in self.keys.queued() {
             call.key(key);
         }

@@ -6,7 +6,7 @@ use redis::Value;
 use super::reply::{Reply, statuses};
 use super::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_RELEASE};
 use super::{Answer, Claim, MUTEX_LAYOUT, ms};
-use crate::backend::{Call, Request};
+use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 
@@ -24,8 +24,8 @@ pub(crate) struct Acquire<'a> {
 impl Request for Acquire<'_> {
     type Reply = Answer;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = MUTEX_ACQUIRE.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = MUTEX_ACQUIRE.call(by, 2);
         call.key(&self.keys.lock)
             .key(&self.keys.fence)
             .arg(self.owner)
@@ -63,8 +63,8 @@ pub(crate) struct Release<'a> {
 impl Request for Release<'_> {
     type Reply = ();
 
-    fn call(&self) -> Call<'_> {
-        let mut call = MUTEX_RELEASE.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = MUTEX_RELEASE.call(by, 1);
         call.key(&self.keys.lock)
             .arg(self.owner)
             .arg(&self.keys.wake);
@@ -102,10 +102,13 @@ pub(crate) struct Extend<'a> {
 impl Request for Extend<'_> {
     type Reply = Vec<i64>;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = MUTEX_EXTEND.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = MUTEX_EXTEND.call(by, self.items.len());
         for item in self.items {
-            call.key(item.lock).arg(item.owner).arg(item.ms);
+            call.key(item.lock);
+        }
+        for item in self.items {
+            call.arg(item.owner).arg(item.ms);
         }
         call
     }

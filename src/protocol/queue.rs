@@ -7,7 +7,7 @@ use redis::Value;
 use super::reply::{Reply, statuses};
 use super::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE};
 use super::{Answer, Claim, Family, Op, ms};
-use crate::backend::{Call, Request};
+use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 
@@ -56,8 +56,8 @@ pub(crate) struct Acquire<'a> {
 impl Request for Acquire<'_> {
     type Reply = Answer;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = QUEUE_ACQUIRE.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = QUEUE_ACQUIRE.call(by, 4);
         for key in self.keys.queued() {
             call.key(key);
         }
@@ -114,8 +114,8 @@ pub(crate) struct Release<'a> {
 impl Request for Release<'_> {
     type Reply = ();
 
-    fn call(&self) -> Call<'_> {
-        let mut call = QUEUE_RELEASE.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = QUEUE_RELEASE.call(by, 4);
         for key in self.keys.queued() {
             call.key(key);
         }
@@ -162,12 +162,14 @@ pub(crate) struct Extend<'a> {
 impl Request for Extend<'_> {
     type Reply = Vec<i64>;
 
-    fn call(&self) -> Call<'_> {
-        let mut call = QUEUE_EXTEND.call();
+    fn call(&self, by: By) -> Call {
+        let mut call = QUEUE_EXTEND.call(by, 3 * self.items.len());
         for item in self.items {
             for key in &item.keys.queued()[..3] {
                 call.key(*key);
             }
+        }
+        for item in self.items {
             call.arg(item.family.layout())
                 .arg(if item.exclusive { "w" } else { "h" })
                 .arg(item.owner)
