@@ -17,6 +17,10 @@
 //! * **explicit reentrancy**: [`MutexGuard::reenter`], or [`Mutex::lock_as`] with an
 //!   [`OwnerToken`] carried to another task or process;
 //! * **cancel safety**: dropping a `lock()` future never leaves the lock held;
+//! * **the whole method matrix** on every primitive, as tokio has it: wait, timed wait and
+//!   single attempt, for a new owner or a carried one; a timed-out wait says how long the
+//!   holder's lease had left ([`Error::Timeout`]), and every guard gives a [`HoldView`] for code
+//!   that watches a hold it does not own;
 //! * **tower layers** (feature `tower`, on by default): [`layer::LockLayer`] and
 //!   [`layer::PermitLayer`] hold a lock or a permit for each HTTP request, for axum, hyper and
 //!   tonic.
