@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::lease::Tasks;
 use crate::notify::Notifier;
+use crate::protocol;
 use crate::token::OwnerToken;
 
 /// The shared state of one client.
@@ -40,6 +41,7 @@ impl Core {
         let (shutdown, stopped) = watch::channel(());
         let backend = Arc::new(Backend::single(
             pool,
+            protocol::scripts(),
             server,
             notifier.listener(),
             requests,

@@ -158,6 +158,12 @@ impl Error {
             if e.is_timeout() || e.is_connection_dropped() || e.is_io_error())
     }
 
+    /// The server is there but did not answer in time (paused, busy): waiting may help, where
+    /// a refused connection (a wrong address) would not.
+    pub(crate) fn is_slow(&self) -> bool {
+        matches!(self, Self::Redis(e) if e.is_timeout())
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             what,

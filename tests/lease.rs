@@ -331,3 +331,52 @@ async fn the_first_renewal_counts_from_the_acquisition() {
 async fn the_first_renewal_comes_on_time_on_a_busy_runtime() {
     first_renewals_come_a_third_of_the_lease_after_acquisition(true).await;
 }
+
+/// Found by the fault matrix's row `queue-kill/fair`: a release held up by a `CLIENT PAUSE`
+/// past redis-rs's 500 ms answer timeout was lost (the connection was dropped with it, or the
+/// server, which had not run the release script yet, answered `NOSCRIPT` once the pause ended,
+/// when nobody was left to send the source), and the lock stayed for its whole lease.
+#[tokio::test]
+async fn a_release_held_up_by_a_pause_still_happens() {
+    // Our own server: CLIENT PAUSE would hold up other users of a shared one.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        for fair in [false, true] {
+            let name = if fair { "pause-fair" } else { "pause" };
+            let guard = if fair {
+                client.fair_mutex(name).unwrap().lock().await.unwrap()
+            } else {
+                client.mutex(name).unwrap().lock().await.unwrap()
+            };
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1000)
+                .arg("WRITE")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // The release waits for the pause and times out; it still runs after it.
+            assert!(guard.unlock().await.is_err());
+            let other = redis.client();
+            let next = other
+                .mutex(name)
+                .ok()
+                .filter(|_| !fair)
+                .map(|m| async move { m.lock_timeout(Duration::from_secs(5)).await });
+            match next {
+                Some(next) => drop(next.await.unwrap()),
+                None => drop(
+                    other
+                        .fair_mutex(name)
+                        .unwrap()
+                        .lock_timeout(Duration::from_secs(5))
+                        .await
+                        .unwrap(),
+                ),
+            }
+        }
+    })
+    .await;
+}

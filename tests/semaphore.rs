@@ -269,3 +269,68 @@ async fn bad_requests_get_typed_errors() {
     })
     .await;
 }
+
+/// Found by the fault matrix's row `blackhole/semaphore`: a waiter cut off from Redis was handed
+/// a permit it never heard of, lost it (its first term ran out) and with it its place; when the
+/// link came back it queued again, and then took the old hand-over message, arriving late, for a
+/// grant to its new place, while another client held the permit. Hand-over messages now name
+/// the place (its ticket), and an attempt that got no answer no longer counts as having seen
+/// the waiter waiting.
+#[tokio::test]
+async fn a_late_hand_over_message_for_a_lost_place_grants_nothing() {
+    use redlatch_harness::proxy::{Mode, Proxy};
+    use std::sync::atomic::AtomicBool;
+
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let lease = Duration::from_secs(1);
+        let upstream = redis
+            .url
+            .trim_start_matches("redis://")
+            .parse()
+            .expect("a loopback address");
+        let proxy = Proxy::start(upstream).await.unwrap();
+        let pool = deadpool_redis::Config::from_url(proxy.url())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        // The cut-off client: short first terms, and retries that keep an attempt in flight.
+        let cut = redlatch::LockClient::builder(pool, proxy.url().as_str())
+            .key_prefix(&redis.prefix)
+            .default_lease(lease)
+            .waiter_timeout(lease)
+            .wait_backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .build()
+            .unwrap();
+        let other = redis.builder().default_lease(lease).build().unwrap();
+        let sem = other.semaphore("late", 1).unwrap();
+        let first = sem.acquire().await.unwrap();
+
+        let other_holds = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let sem = cut.semaphore("late", 1).unwrap();
+            let other_holds = Arc::clone(&other_holds);
+            tokio::spawn(async move {
+                let permit = sem.acquire_timeout(Duration::from_secs(30)).await;
+                (permit, other_holds.load(Ordering::SeqCst))
+            })
+        };
+        until(|| async { redis.queued(&other, "late").await == 1 }).await;
+        proxy.set(Mode::Blackhole);
+        // The release hands the permit to the cut-off waiter, which never answers: its first
+        // term runs out, it loses its place, and the other client gets the permit.
+        first.release().await.unwrap();
+        let second = sem.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+        other_holds.store(true, Ordering::SeqCst);
+        proxy.set(Mode::Pass);
+        // The healed waiter hears the old hand-over now; it must not take it for a grant. The
+        // other client holds on for a margin in which it would.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        other_holds.store(false, Ordering::SeqCst);
+        second.release().await.unwrap();
+        let (permit, while_other_held) = waiter.await.unwrap();
+        assert!(!while_other_held, "the waiter took a permit it had lost");
+        permit.unwrap().release().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}

@@ -6,9 +6,16 @@
 //! * [`TestServer`]: a server for one test (or the one `REDIS_URL` names) with a key prefix no
 //!   other test uses, and helpers to look at what is left in Redis;
 //! * [`measure`]: the loops the contention figures are made of (task loops, contended runs,
-//!   hand-offs, the raw-script reference, request counts and CPU accounting).
+//!   hand-offs, the raw-script reference, request counts and CPU accounting);
+//! * [`proxy`]: a TCP proxy that delays, holds, blackholes, resets or refuses traffic, for
+//!   fault injection;
+//! * [`resource`]: what critical sections write to in a fault test (a register updated without
+//!   atomicity, a fenced store), and [`check`]: the checkers over what the holders did.
 
+pub mod check;
 pub mod measure;
+pub mod proxy;
+pub mod resource;
 pub mod server;
 mod test_server;
 

@@ -6,8 +6,9 @@
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: lifetime of the fence key in milliseconds (refreshed on every fresh acquisition)
 -- ARGV[4]: claim: new (a token made for this call: if it already holds, an earlier attempt's
---          answer was lost, and that hold is returned as is), as (join the owner's holds, or
---          take the lock) or again (re-entry only: add a hold only if the owner holds)
+--          answer was lost, and that hold is returned, its lease made at least ARGV[2] again),
+--          as (join the owner's holds, or take the lock) or again (re-entry only: add a hold
+--          only if the owner holds)
 -- returns: {1, fence, holds}  acquired; holds is this owner's hold count after the call
 --          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
 --                             free, but the claim was `again` and the owner holds nothing)
@@ -45,6 +46,8 @@ if layout ~= LAYOUT then return {-2, layout or ''} end
 
 if redis.call('HEXISTS', lock, owner) == 1 then
   if claim == 'new' then
+    -- The same acquisition asked again (its answer was lost): it counts its lease from now.
+    if redis.call('PTTL', lock) < tonumber(lease) then redis.call('PEXPIRE', lock, lease) end
     return {1, redis.call('HGET', lock, '~fence'), tonumber(redis.call('HGET', lock, owner))}
   end
   local holds = redis.call('HINCRBY', lock, owner, 1)

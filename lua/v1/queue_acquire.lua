@@ -15,16 +15,17 @@
 -- ARGV[8]: lifetime of the fence key in milliseconds
 -- ARGV[9]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[10]: claim: new (a token made for this call: if it already holds, an earlier attempt's
---           answer was lost, and that hold is returned as is), queued (the same, for a waiter
---           that queued earlier: it keeps its place), as (join the owner's holds, or acquire) or
---           again (re-entry only: add a hold only if the owner holds)
+--           answer was lost, and that hold is returned, its lease made the full lease from now),
+--           queued (the same, for a waiter that queued earlier: it keeps its place), as (join
+--           the owner's holds, or acquire) or again (re-entry only: add a hold only if the owner
+--           holds)
 -- ARGV[11]: client id (the waiter's member starts with it; see queue_lib)
 -- returns: {1, fence, holds}  acquired; fence is 0 for read holds; holds is the owner's hold
 --                             count of this op after the call (the permits for s)
---          {0, wait, queued}  not now: queued is 1 if the owner waits in the queue (0 for a try,
---                             ARGV[7] = 0), and nothing changes without a wake-up message for
---                             `wait` ms (until the earliest lease end, or a little before; -1:
---                             never)
+--          {0, wait, ticket}  not now: ticket is that of the owner's place in the queue (0 for a
+--                             try, ARGV[7] = 0: not queued), and nothing changes without a
+--                             wake-up message for `wait` ms (until the earliest lease end, or a
+--                             little before; -1: never)
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}       the meta hash carries another layout tag
 --          {-3, capacity}     the semaphore is in use with another capacity
@@ -35,7 +36,7 @@ local lease, grace, channel, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[
 local client = ARGV[11]
 
 local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', '~fence',
-                                   '~writer', 'h:' .. owner})
+                                   '~seq', '~writer', 'h:' .. owner})
 if not s then return err end
 s.ttl, s.cap, s.channel = ARGV[8], cap, channel
 if not s.exists then
@@ -49,25 +50,28 @@ local now = now_ms(clock)
 local place = member(client, owner, op, ARGV[4], ARGV[6], ARGV[7])
 -- A waiter that asks again (it missed its message, or its timer ran out) may have been handed
 -- the lock already, or be at a head that could go: whatever ran out or fits goes first.
-local queued = claim == 'queued' and redis.call('ZSCORE', s.q, place) ~= false
+-- `queued` holds the ticket of the waiter's place while it is in the queue.
+local queued = claim == 'queued' and redis.call('ZSCORE', s.q, place)
 local purged = purge(s, now)
 if purged > 0 or queued then handoff(s, channel, now, clock) end
--- A purge takes the waiters of a client that let a lease run out: maybe this one's.
-if queued and purged > 0 then queued = redis.call('ZSCORE', s.q, place) ~= false end
+-- A purge takes the waiters of a client that let a lease run out (maybe this one's), and the
+-- hand-over may have just given this waiter its hold.
+if queued then queued = redis.call('ZSCORE', s.q, place) end
 
 local writer = get(s, '~writer')
 local reads, fence = shares(s, owner)
 
 -- A new owner that already holds: the answer to an earlier attempt was lost, or a hand-over
--- came first. Return that hold. A queued waiter whose place is still in the queue was handed
--- nothing: if its (carried) owner holds, that is another wait's hold, and it re-enters below.
+-- came first. Return that hold, its lease made the full lease from now (the owner counts it
+-- from this call). A queued waiter whose place is still in the queue was handed nothing: if
+-- its (carried) owner holds, that is another wait's hold, and it re-enters below.
 if claim == 'new' or (claim == 'queued' and not queued) then
   if (op == 'x' or op == 'w') and writer == owner then
-    answered(s, owner)
+    answered(s, owner, now + lease)
     return finish(s, {1, get(s, '~wfence'), num(s, '~wholds')})
   end
   if (op == 'r' or op == 's') and reads then
-    answered(s, owner)
+    answered(s, owner, now + lease)
     if fence == '' then fence = 0 end
     return finish(s, {1, fence, reads})
   end
@@ -108,10 +112,10 @@ if not queued and fits(s, {op = op, n = units})
 end
 
 if grace > 0 and not queued then
-  local seq = redis.call('HINCRBY', s.m, '~seq', 1)
-  if redis.call('ZADD', s.q, seq, place, '+inf', '~') == 2 then s.fresh[s.q] = true end
+  queued = ticket(s, clock)
+  if redis.call('ZADD', s.q, queued, place, '+inf', '~') == 2 then s.fresh[s.q] = true end
   s.wrote = true
 end
 local wait = -1
 if s.next then wait = s.next - now end
-return finish(s, {0, wait, grace > 0 and 1 or 0})
+return finish(s, {0, wait, tonumber(queued or 0)})

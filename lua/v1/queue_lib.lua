@@ -224,11 +224,23 @@ local function purge(s, now)
   return went
 end
 
--- `o` answered a hand-over (it asked again and found its hold): its client is alive.
-local function answered(s, o)
-  if get(s, '~writer') == o and get(s, '~wclient') then drop(s, '~wclient') end
+-- `o` asked again and found its hold (a hand-over whose message it missed, or an attempt whose
+-- answer was lost): its client is alive (the hand-over's mark goes), and the hold's lease runs
+-- until `ends` at least, since the asker counts its lease from this call.
+local function answered(s, o, ends)
+  if get(s, '~writer') == o then
+    if get(s, '~wclient') then drop(s, '~wclient') end
+    if num(s, '~wexp') < ends then
+      put(s, '~wexp', ends)
+      deadline(s, ends)
+    end
+  end
   local n, f, c = shares(s, o)
-  if n and c ~= '' then put(s, 'h:' .. o, n .. '/' .. f .. '/') end
+  if n then
+    if c ~= '' then put(s, 'h:' .. o, n .. '/' .. f .. '/') end
+    redis.call('ZADD', s.h, 'GT', ends, o)
+    deadline(s, ends)
+  end
 end
 
 -- Whether anything more could be granted now: no exclusive holder, and a free permit for a
@@ -262,6 +274,17 @@ local function mint(s, clock)
   return token
 end
 
+-- A new place's ticket: above the last one given for the name, and never below the server
+-- clock in microseconds, so a ticket is never given twice, even after the keys were deleted
+-- (the order of the queue, and what a hand-over message names). `~seq` must be among the
+-- fields the script opened.
+local function ticket(s, clock)
+  local t = string.format('%d',
+    math.max(num(s, '~seq') + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
+  put(s, '~seq', t)
+  return t
+end
+
 -- Gives `o` a fresh hold of `op` (units for s) until `ends` (server ms), marked with `client`
 -- for a hand-over ('' otherwise); returns its fencing token (0 for a read hold). The caller has
 -- checked that it fits.
@@ -287,11 +310,13 @@ end
 -- Hands the lock over: the waiters at the head of the queue that fit now (as many as the free
 -- permits cover, every reader up to the first writer, or one exclusive waiter) get their hold
 -- here, leave the queue, and are told in one message of space-separated
--- `client/owner:fence:ms` triples on `channel` (the client part keeps apart waits of one owner
--- token in two processes). The first waiter that does not fit stops it, so nobody overtakes.
--- The hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that died in
--- the queue holds the lock no longer than that. A waiter that misses the message finds the hold
--- when it next tries (claim `new` or `queued`).
+-- `client/owner:fence:ms:ticket` entries on `channel` (the client part keeps apart waits of one
+-- owner token in two processes). The first waiter that does not fit stops it, so nobody
+-- overtakes. The hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that
+-- died in the queue holds the lock no longer than that. The ticket names the place handed
+-- over: a waiter that has since been dropped and queued again (a late message) tells the
+-- message is not about its place. A waiter that misses the message finds the hold when it
+-- next tries (claim `new` or `queued`).
 local function handoff(s, channel, now, clock)
   local told = {}
   while room(s) do
@@ -312,7 +337,7 @@ local function handoff(s, channel, now, clock)
     local token = 0
     if w.op ~= 'r' then token = mint(s, clock) or 0 end
     token = take(s, w.owner, w.op, w.n, now + term, token, w.client)
-    told[#told + 1] = w.client .. '/' .. w.owner .. ':' .. token .. ':' .. term
+    told[#told + 1] = w.client .. '/' .. w.owner .. ':' .. token .. ':' .. term .. ':' .. head[2]
     if w.op ~= 'r' and w.op ~= 's' then break end
   end
   if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end

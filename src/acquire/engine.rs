@@ -13,8 +13,9 @@ use crate::config::{FENCE_TTL, lease_ms, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::{Held, Hold, Lease};
+use crate::lease::{Held, Hold, Lease, validity};
 use crate::protocol::{Answer, Claim, Family, Op, mutex};
+use crate::time::after;
 use crate::token::OwnerToken;
 
 /// What one acquisition asks for: `units` of `op` for `owner`, claimed as `claim`.
@@ -124,7 +125,10 @@ impl Engine {
         if timeout == Some(Duration::ZERO) {
             return match self.try_acquire(ask).await? {
                 Attempt::Acquired(held) => Ok(held),
-                Attempt::Busy(lease_left) => Err(Error::Timeout {
+                Attempt::Busy(lease_left)
+                | Attempt::Queued {
+                    wait: lease_left, ..
+                } => Err(Error::Timeout {
                     waited: Duration::ZERO,
                     lease_left,
                 }),
@@ -155,7 +159,7 @@ impl Engine {
             .await?
         {
             Attempt::Acquired(again) => Ok(again),
-            Attempt::Busy(_) => {
+            Attempt::Busy(_) | Attempt::Queued { .. } => {
                 held.hold().mark_lost();
                 Err(held.not_held())
             }
@@ -263,8 +267,25 @@ impl Engine {
         };
         let sent_at = Instant::now();
         Ok(match self.core.backend.run(&request).await? {
+            Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence } => Attempt::Acquired(self.held(ask, owner, fence, sent_at)),
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })
     }
+
+    /// A grant to a request sent at `sent_at` came back after the lease it grants would have
+    /// run out (as this process counts it): the hold cannot be used.
+    pub(super) fn too_late(&self, sent_at: Instant) -> bool {
+        Instant::now() >= after(sent_at, validity(self.lease))
+    }
+}
+
+/// What an attempt whose grant came too late fails with: as good as an answer lost, so the
+/// wait asks again (which finds the hold and renews its lease) or, for a caller that does not
+/// wait, the hold is given back.
+pub(super) fn late_answer() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the grant came after the lease it grants had run out",
+    )))
 }

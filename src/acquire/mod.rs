@@ -16,6 +16,12 @@ pub(crate) enum Attempt<T> {
     Acquired(T),
     /// Held by another owner, whose lease has this much left (`None`: unknown or no expiry).
     Busy(Option<std::time::Duration>),
+    /// Held by others, and the owner waits in the queue in Redis, in the place with this
+    /// ticket; `wait` as for [`Attempt::Busy`].
+    Queued {
+        wait: Option<std::time::Duration>,
+        ticket: u64,
+    },
 }
 
 impl<T> Attempt<T> {
@@ -23,7 +29,7 @@ impl<T> Attempt<T> {
     pub(crate) fn acquired(self) -> Option<T> {
         match self {
             Self::Acquired(value) => Some(value),
-            Self::Busy(_) => None,
+            Self::Busy(_) | Self::Queued { .. } => None,
         }
     }
 }

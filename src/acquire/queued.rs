@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 
 use tokio::time::Instant;
 
+use super::engine::late_answer;
 use super::{Ask, Attempt, Engine};
 use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
 use crate::error::Result;
-use crate::lease::{Held, Hold, Lease};
+use crate::lease::{Held, Hold, Lease, validity};
 use crate::protocol::wake::Grant;
 use crate::protocol::{Answer, Op, queue};
 use crate::time::after;
@@ -84,6 +85,7 @@ pub(super) async fn run(
     };
     let sent_at = Instant::now();
     match core.backend.run(&request).await? {
+        Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
         Answer::Granted { fence } => {
             if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
                 // Redis removed the place when it granted the hold.
@@ -91,9 +93,10 @@ pub(super) async fn run(
             }
             Ok(Attempt::Acquired(engine.held(ask, owner, fence, sent_at)))
         }
-        Answer::Busy { wait, queued } => {
-            if let Some(place) = place.as_deref()
-                && queued
+        Answer::Busy { wait, ticket } => {
+            let (Some(place), Some(ticket)) = (place.as_deref(), ticket) else {
+                return Ok(Attempt::Busy(wait));
+            };
             {
                 let mut slot = take(place);
                 if slot.is_none() {
@@ -106,20 +109,19 @@ pub(super) async fn run(
                     ));
                 }
             }
-            Ok(Attempt::Busy(wait))
+            Ok(Attempt::Queued { wait, ticket })
         }
     }
 }
 
 /// The hold a release handed to this waiter, for a first term (its lease, or the waiter
 /// timeout if that is shorter): the watchdog renews it before that runs out, to the full lease
-/// (a fixed lease once, at once). The term started when the release ran, a moment before the
-/// message arrived, so the local estimate of its end is counted from a twentieth of it earlier.
-pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant) -> Held {
-    let now = Instant::now();
-    let sent_at = now.checked_sub(grant.term / 20).unwrap_or(now);
-    let hold = engine.hold(ask.op, ask.owner.as_field(), engine.lease, sent_at);
-    hold.handed_until(after(sent_at, grant.term));
+/// (a fixed lease once, at once). The term started when the release ran, which was after
+/// `granted_after` (the waiter's last attempt that found it still waiting): the local estimate
+/// of its end counts from there, however late the message came.
+pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Instant) -> Held {
+    let hold = engine.hold(ask.op, ask.owner.as_field(), engine.lease, granted_after);
+    hold.handed_until(after(granted_after, validity(grant.term)));
     Held {
         owner: ask.owner,
         fence: grant.fence,

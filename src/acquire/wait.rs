@@ -15,8 +15,9 @@
 //!   keeps its own timer, for the moment the script said something may change unannounced.
 //! * While push is down every waiter polls with jittered backoff, bounded by the moment it was
 //!   told things may change.
-//! * Once waiting, a connection failure is waited out like a busy lock, until the deadline; the
-//!   first attempt's errors go straight to the caller, so a wrong address fails fast.
+//! * Once waiting, a connection failure is waited out like a busy lock, until the deadline; so
+//!   is a first attempt that timed out (a server paused or busy). The first attempt's other
+//!   errors go straight to the caller, so a wrong address fails fast.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use super::queued::{self, Place, take};
 use super::{Ask, Attempt, Engine};
 use crate::config::Backoff;
 use crate::error::{Error, Result};
-use crate::lease::Held;
+use crate::lease::{Held, validity};
 use crate::notify::Waiter;
 use crate::protocol::wake::Grant;
 use crate::protocol::{Claim, queue};
@@ -95,18 +96,32 @@ impl Attempts<'_> {
         }
     }
 
-    /// A release handed the waiter the hold: Redis removed its place when it did.
-    fn handed(&self, grant: Grant) -> Result<Held> {
+    /// A release handed the waiter the hold. If it handed over the place that this waiter's
+    /// latest answered attempt, sent at `sent`, found waiting (`waiting`: the send time and the
+    /// place's ticket), Redis granted it after `sent`, and its first term runs until `sent`
+    /// plus the term at least. `None` when that has passed, or when the message is about
+    /// another place (a late message about a place since dropped) or none is known: the waiter
+    /// must ask again, which confirms the hold and renews its lease, or finds none.
+    fn handed(&self, grant: Grant, waiting: Option<(Instant, u64)>) -> Option<Result<Held>> {
         let Some(place) = &self.place else {
-            return Err(Error::Protocol {
+            return Some(Err(Error::Protocol {
                 script: "mutex_release",
                 detail: "a hand-over message on a mutex channel".into(),
-            });
+            }));
         };
+        let (granted_after, _) = waiting.filter(|(sent, ticket)| {
+            grant.ticket == Some(*ticket) && after(*sent, validity(grant.term)) > Instant::now()
+        })?;
+        // Redis removed the place when it handed the hold over.
         if let Some(lease) = take(place).take() {
             lease.disarm();
         }
-        Ok(queued::handed(self.engine, self.ask, grant))
+        Some(Ok(queued::handed(
+            self.engine,
+            self.ask,
+            grant,
+            granted_after,
+        )))
     }
 }
 
@@ -134,8 +149,11 @@ async fn wait(
     let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
     let mut must_try = in_redis || !notifier.has_waiters(channel);
     let mut queued = false;
-    // Queued in Redis: when the last attempt said something may change unannounced.
+    // Queued in Redis: when the last attempt said something may change unannounced, and when
+    // the last attempt that found the waiter waiting was sent, with its place's ticket (a
+    // hand-over of that place came after).
     let mut own_deadline: Option<Instant> = None;
+    let mut waiting: Option<(Instant, u64)> = None;
     // When the holder's lease runs out, as last heard: what a timeout reports.
     let known = |waiter: &Option<Waiter>, own: Option<Instant>| {
         if in_redis {
@@ -150,18 +168,21 @@ async fn wait(
     };
     loop {
         if must_try {
+            let sent = Instant::now();
             let answer = attempts.attempt().await;
             if let Some(w) = &waiter {
                 w.settled();
             }
+            // An attempt without an answer is waited out like a busy one; it says nothing about
+            // the waiter's place.
             let answer = match answer {
-                Err(err) if queued && err.is_connection() => {
+                Err(err) if (queued || err.is_slow()) && err.is_connection() => {
                     tracing::debug!(error = %err, "attempt failed while waiting, retrying");
                     Attempt::Busy(None)
                 }
                 other => other?,
             };
-            match answer {
+            let wait = match answer {
                 Attempt::Acquired(held) => {
                     if let (Some(w), false) = (&waiter, in_redis) {
                         // The next local waiter arms its timer for our lease, not the old one.
@@ -169,23 +190,26 @@ async fn wait(
                     }
                     return Ok(held);
                 }
-                Attempt::Busy(wait) => {
-                    let at = wait.map(|p| after(Instant::now(), p));
-                    let w = waiter.get_or_insert_with(join);
-                    if in_redis {
-                        own_deadline = at;
-                    } else {
-                        w.set_holder_deadline(at);
+                Attempt::Busy(wait) => wait,
+                Attempt::Queued { wait, ticket } => {
+                    waiting = Some((sent, ticket));
+                    wait
+                }
+            };
+            let at = wait.map(|p| after(Instant::now(), p));
+            let w = waiter.get_or_insert_with(join);
+            if in_redis {
+                own_deadline = at;
+            } else {
+                w.set_holder_deadline(at);
+            }
+            if !queued {
+                queued = true;
+                if !(in_redis && heard_from_start) {
+                    if !within(deadline, w.ready()).await {
+                        return Err(timed_out(known(&waiter, own_deadline)));
                     }
-                    if !queued {
-                        queued = true;
-                        if !(in_redis && heard_from_start) {
-                            if !within(deadline, w.ready()).await {
-                                return Err(timed_out(known(&waiter, own_deadline)));
-                            }
-                            continue;
-                        }
-                    }
+                    continue;
                 }
             }
         }
@@ -219,10 +243,15 @@ async fn wait(
         tokio::select! {
             _ = w.woken() => {
                 if let Some(grant) = w.take_grant() {
-                    // A release gave us the hold already: no round trip.
+                    // A release gave us the hold already: no round trip, unless the message
+                    // came too late to tell how long the hold has left.
                     w.take_wake();
                     w.settled();
-                    return attempts.handed(grant);
+                    if let Some(held) = attempts.handed(grant, waiting) {
+                        return held;
+                    }
+                    must_try = true;
+                    continue;
                 }
                 must_try = w.take_wake() || !w.push_active();
             }

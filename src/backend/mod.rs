@@ -53,11 +53,13 @@ enum Servers {
 }
 
 impl Backend {
-    /// One server, reached through `pool` for requests and through `server` for the
-    /// subscription, which serves `listener` the channels `requests` ask for until `shutdown`'s
-    /// sender is dropped. Must be called inside a tokio runtime.
+    /// One server, reached through `pool` for requests (each new connection loading
+    /// `scripts`) and through `server` for the subscription, which serves `listener` the
+    /// channels `requests` ask for until `shutdown`'s sender is dropped. Must be called inside a
+    /// tokio runtime.
     pub(crate) fn single(
         pool: Pool,
+        scripts: Vec<&'static Script>,
         server: redis::Client,
         listener: Arc<dyn Listener>,
         requests: Requests,
@@ -65,7 +67,7 @@ impl Backend {
     ) -> Self {
         subscription::spawn(server, listener, requests, shutdown);
         Self {
-            servers: Servers::Single(Node::new(pool)),
+            servers: Servers::Single(Node::new(pool, scripts)),
         }
     }
 

@@ -38,6 +38,13 @@ impl Script {
         &self.hash
     }
 
+    /// `SCRIPT LOAD` of this script.
+    pub(crate) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+
     /// A call of this script, named `by` hash or source, that will be given `keys` keys and
     /// then its arguments.
     pub(crate) fn call(&self, by: By, keys: usize) -> Call {

@@ -2,19 +2,33 @@
 //! `deadpool_redis::Pool` (cloned per request, taken again after a connection failure), so a
 //! lock operation costs exactly its script call and no pool check-out round trip.
 
+use std::time::Duration;
+
 use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind, Value};
+use tokio::time::Instant;
 
 use super::Request;
-use super::script::By;
+use super::script::{By, Script};
 use crate::error::Result;
+
+/// How long requests may go unanswered (each timing out) before the connection is given up for
+/// a new one. Shorter stalls keep it: a server that is only slow (paused, busy) still runs the
+/// requests sent, in order, and a release sent before a stall still happens after it.
+const STALL: Duration = Duration::from_secs(2);
 
 /// One Redis server.
 pub(crate) struct Node {
     pool: Pool,
+    /// Loaded on every new connection: a call is then by hash even on its first use, so one
+    /// that a pause holds up still runs when the pause ends (a hash the server does not know
+    /// fails then, and nobody is left to send the source).
+    scripts: Vec<&'static Script>,
     conn: std::sync::Mutex<Option<MultiplexedConnection>>,
     connecting: tokio::sync::Mutex<()>,
+    /// Since when requests have been timing out with no answer between.
+    stalled_since: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -26,11 +40,13 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(pool: Pool) -> Self {
+    pub(crate) fn new(pool: Pool, scripts: Vec<&'static Script>) -> Self {
         Self {
             pool,
+            scripts,
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            stalled_since: std::sync::Mutex::new(None),
         }
     }
 
@@ -48,7 +64,13 @@ impl Node {
             return Ok(conn);
         }
         // Boxed: the pool's future is several kilobytes, and every lock future would carry it.
-        let conn = deadpool_redis::Connection::take(Box::pin(self.pool.get()).await?);
+        let mut conn = deadpool_redis::Connection::take(Box::pin(self.pool.get()).await?);
+        let mut load = redis::pipe();
+        for script in &self.scripts {
+            load.add_command(script.load()).ignore();
+        }
+        // A failed load costs nothing: a call by hash falls back to the source.
+        let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
         if let Ok(mut slot) = self.conn.lock() {
             *slot = Some(conn.clone());
         }
@@ -69,16 +91,39 @@ impl Node {
             other => other,
         };
         match reply {
-            Ok(value) => Ok(value),
+            Ok(value) => {
+                self.stalled(false);
+                Ok(value)
+            }
             Err(err) => {
-                let broken = err.is_unrecoverable_error()
-                    || err.is_connection_dropped()
-                    || err.is_io_error();
-                if broken && let Ok(mut slot) = self.conn.lock() {
+                let broken = err.is_unrecoverable_error() || err.is_connection_dropped();
+                let stalled = err.is_timeout() && self.stalled(true);
+                let failed = err.is_io_error() && !err.is_timeout();
+                if (broken || stalled || failed)
+                    && let Ok(mut slot) = self.conn.lock()
+                {
                     slot.take();
                 }
                 Err(err.into())
             }
         }
+    }
+
+    /// Notes an answer (`timed_out` false) or a timeout; true when requests have been timing
+    /// out for longer than [`STALL`].
+    fn stalled(&self, timed_out: bool) -> bool {
+        let Ok(mut since) = self.stalled_since.lock() else {
+            return false;
+        };
+        if !timed_out {
+            *since = None;
+            return false;
+        }
+        let first = *since.get_or_insert_with(Instant::now);
+        if first.elapsed() >= STALL {
+            *since = None;
+            return true;
+        }
+        false
     }
 }

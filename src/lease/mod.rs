@@ -29,6 +29,15 @@ use watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// How long a lease granted by a request is known to run, counted from when the request was
+/// sent: the lease, less 2 ms and 1 % of it. Redis measures a lease in whole milliseconds of
+/// its own clock from when it ran the request (so up to a millisecond earlier than a clock
+/// reading in between would say), and two clocks need not tick at exactly the same rate; the
+/// allowance is Redlock's.
+pub(crate) fn validity(lease: Duration) -> Duration {
+    lease.saturating_sub(Duration::from_millis(2) + lease / 100)
+}
+
 /// One hold of a lock, shared by its guard and the background tasks.
 #[derive(Debug)]
 pub(crate) struct Hold {
@@ -46,7 +55,7 @@ pub(crate) struct Hold {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (false for a fixed lease).
     pub(crate) renew: bool,
-    /// Conservative local estimate of when the lease runs out.
+    /// Conservative local estimate of when the lease runs out (see [`validity`]).
     expires_at: StdMutex<Instant>,
     /// A release handed this hold over: the watchdog renews it once even if its lease is
     /// fixed, and that renewal is also the waiter's answer (see `queue_lib.lua`).
@@ -77,7 +86,7 @@ impl Hold {
             owner,
             lease,
             renew,
-            expires_at: StdMutex::new(after(sent_at, lease)),
+            expires_at: StdMutex::new(after(sent_at, validity(lease))),
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             lost: watch::Sender::new(false),
@@ -128,7 +137,7 @@ impl Hold {
     /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut at = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-        *at = (*at).max(after(sent_at, lease));
+        *at = (*at).max(after(sent_at, validity(lease)));
     }
 }
 
@@ -240,6 +249,10 @@ impl Held {
 
     pub(crate) fn lost(&self) -> Lost {
         Lost::from_signal(self.hold().lost_signal())
+    }
+
+    pub(crate) fn valid_until(&self) -> std::time::Instant {
+        self.hold().expires_at().into_std()
     }
 
     pub(crate) fn view(&self) -> HoldView {

@@ -329,7 +329,10 @@ fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome
     let now = Instant::now();
     for hold in chunk {
         let retry = (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
-        schedule.reschedule(hold.id, after(now, retry), true);
+        // Never later than the lease's end: a hold that cannot be renewed is lost the moment
+        // its lease runs out, before Redis lets it go.
+        let due = after(now, retry).min(hold.expires_at());
+        schedule.reschedule(hold.id, due, true);
     }
 }
 

@@ -18,7 +18,7 @@
 //! woken once it is, since a release may have been missed in between.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
@@ -27,9 +27,6 @@ use tokio::time::Instant;
 
 use crate::backend::{Listener, Subscriber};
 use crate::protocol::wake::{self, Grant, Wake};
-
-/// No hand-over recorded in a slot.
-const NO_GRANT: u64 = u64::MAX;
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(2);
@@ -51,10 +48,8 @@ struct Slot {
     pending: AtomicBool,
     /// The waiter's id in a Redis queue: it is woken by name only (and by a reconnect).
     tag: Option<Box<str>>,
-    /// The fencing token of a hold that a release handed to this waiter ([`NO_GRANT`]: none)
-    /// and the first term of its lease in ms.
-    grant: AtomicU64,
-    term_ms: AtomicU64,
+    /// The hold that a release handed to this waiter, not taken yet (the latest message's).
+    grant: StdMutex<Option<Grant>>,
 }
 
 impl Default for Slot {
@@ -63,8 +58,7 @@ impl Default for Slot {
             notify: Notify::new(),
             pending: AtomicBool::new(false),
             tag: None,
-            grant: AtomicU64::new(NO_GRANT),
-            term_ms: AtomicU64::new(0),
+            grant: StdMutex::new(None),
         }
     }
 }
@@ -110,9 +104,7 @@ impl Queue {
         for n in named {
             for slot in self.slots.iter().filter(|s| s.tag.as_deref() == Some(n.id)) {
                 if let Some(grant) = n.grant {
-                    slot.term_ms
-                        .store(crate::config::millis(grant.term), Ordering::Release);
-                    slot.grant.store(grant.fence, Ordering::Release);
+                    *lock(&slot.grant) = Some(grant);
                 }
                 slot.give();
             }
@@ -126,11 +118,15 @@ struct Channel {
     state: watch::Sender<SubState>,
 }
 
+/// Locks `m`. Every update under these locks is one assignment, push, remove or flag, so a
+/// poisoned lock still holds a consistent value and is used as is.
+fn lock<T>(m: &StdMutex<T>) -> StdGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Channel {
     fn queue(&self) -> StdGuard<'_, Queue> {
-        // A panic while holding this lock cannot leave the queue inconsistent (every update is
-        // a single push, remove or flag), so a poisoned lock is used as is.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.queue)
     }
 }
 
@@ -143,7 +139,7 @@ struct Shared {
 
 impl Shared {
     fn channels(&self) -> StdGuard<'_, HashMap<String, Arc<Channel>>> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.channels)
     }
 
     /// Sets the state of the `names` channels (all, if `None`) and wakes all their waiters.
@@ -310,9 +306,7 @@ impl Waiter {
 
     /// Takes the hold that a release handed to this waiter, if any.
     pub(crate) fn take_grant(&self) -> Option<Grant> {
-        let fence = self.slot.grant.swap(NO_GRANT, Ordering::AcqRel);
-        let term = Duration::from_millis(self.slot.term_ms.load(Ordering::Acquire));
-        (fence != NO_GRANT).then_some(Grant { fence, term })
+        lock(&self.slot.grant).take()
     }
 
     /// The attempt that a consumed wake-up triggered has an answer.

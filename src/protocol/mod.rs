@@ -22,6 +22,7 @@ pub(crate) mod wake;
 use std::time::Duration;
 
 pub(crate) use reply::foreign;
+pub(crate) use scripts::all as scripts;
 
 /// The layout tag the mutex scripts store in the `~layout` field of the lock hash.
 pub(crate) const MUTEX_LAYOUT: &str = "mutex:1";
@@ -132,11 +133,12 @@ pub(crate) enum Answer {
     /// Acquired, with this fencing token (0 for read holds).
     Granted { fence: u64 },
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
-    /// ends, or the earliest lease end; `None`: unknown or never). `queued` when the attempt
-    /// left (or kept) the owner waiting in the name's queue.
+    /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt
+    /// left (or kept) the owner waiting in the name's queue: its place's ticket, which a
+    /// hand-over message for that place carries.
     Busy {
         wait: Option<Duration>,
-        queued: bool,
+        ticket: Option<u64>,
     },
 }
 

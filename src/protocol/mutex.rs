@@ -44,7 +44,7 @@ impl Request for Acquire<'_> {
             }),
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
-                queued: false,
+                ticket: None,
             }),
             other => Err(reply.unexpected(other)),
         }

@@ -52,6 +52,20 @@ queue_script!(QUEUE_EXTEND, "queue_extend.lua");
 checking_script!(INSPECT, "inspect.lua");
 checking_script!(FORCE_UNLOCK, "force_unlock.lua");
 
+/// Every script, for a connection to load when it is made.
+pub(crate) fn all() -> Vec<&'static Script> {
+    vec![
+        &MUTEX_ACQUIRE,
+        &MUTEX_RELEASE,
+        &MUTEX_EXTEND,
+        &QUEUE_ACQUIRE,
+        &QUEUE_RELEASE,
+        &QUEUE_EXTEND,
+        &INSPECT,
+        &FORCE_UNLOCK,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,12 +77,12 @@ mod tests {
     #[test]
     fn script_hashes_are_pinned() {
         let pins = [
-            (&*MUTEX_ACQUIRE, "5956a5caf87f7c06245b7174cccfd5e84f7ffec4"),
+            (&*MUTEX_ACQUIRE, "cd8f49ed5949b25c35f46f5d6a36ba7d9371d46e"),
             (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
             (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "4eaf45625667c1d3f28d74ee9a9329ebf2fb3b2f"),
-            (&*QUEUE_RELEASE, "88fbf0eff59f8087f67d45236a03c3f15e3b6d18"),
-            (&*QUEUE_EXTEND, "c9af6facb4ebf5250bdf7d38faf9fed2b1665459"),
+            (&*QUEUE_ACQUIRE, "85281b2aa8292e8cd9ffad189c52131d766a1449"),
+            (&*QUEUE_RELEASE, "05086d46161a8dd215165f55a45e960355ec3c1e"),
+            (&*QUEUE_EXTEND, "50ea714ea7fe02d25937f6c3495ac6912271ad72"),
             (&*INSPECT, "c3c6e4fa023569a2e60dbfa4ce29244fa9d2dd90"),
             (&*FORCE_UNLOCK, "616c529b713bec3ed4b915003050d1ec86e19752"),
         ];

@@ -2,10 +2,11 @@
 //!
 //! * a number `n`: `n` waiters may go (the plain mutex: `1`; each client wakes its oldest
 //!   local waiter);
-//! * space-separated waiter ids (`client/owner`), each optionally with `:<fence>:<ms>`: those
-//!   waiters of the queued primitives, and only those, are woken. With the suffix, the release
-//!   handed that waiter the hold, with that fencing token, for a first term of that many ms; a
-//!   bare id asks the waiter to look again.
+//! * space-separated waiter ids (`client/owner`), each optionally with
+//!   `:<fence>:<ms>:<ticket>`: those waiters of the queued primitives, and only those, are
+//!   woken. With the suffix, the release handed that waiter's place in the queue (the one with
+//!   that ticket) the hold, with that fencing token, for a first term of that many ms; a bare id
+//!   asks the waiter to look again.
 //!
 //! A message that is neither wakes one waiter, so nothing is lost by a message we cannot read.
 
@@ -29,11 +30,13 @@ pub(crate) struct Named<'a> {
     pub(crate) grant: Option<Grant>,
 }
 
-/// A hold handed to a waiter: its fencing token and the first term of its lease.
+/// A hold handed to a waiter: its fencing token, the first term of its lease, and the ticket of
+/// the place in the queue it was handed to (`None` if the message did not say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) fence: u64,
     pub(crate) term: Duration,
+    pub(crate) ticket: Option<u64>,
 }
 
 /// Reads a message's payload.
@@ -54,6 +57,7 @@ pub(crate) fn parse(payload: &[u8]) -> Wake<'_> {
                 let id = fields.next().unwrap_or_default();
                 let grant = match (fields.next(), fields.next()) {
                     (Some(fence), Some(ms)) => {
+                        let ticket = fields.next().and_then(|t| t.parse().ok());
                         fence
                             .parse()
                             .ok()
@@ -61,6 +65,7 @@ pub(crate) fn parse(payload: &[u8]) -> Wake<'_> {
                             .map(|(fence, ms)| Grant {
                                 fence,
                                 term: Duration::from_millis(ms),
+                                ticket,
                             })
                     }
                     _ => None,
@@ -81,18 +86,27 @@ mod tests {
         assert_eq!(parse(b"\xff"), Wake::Count(1));
         assert_eq!(parse(b""), Wake::Count(1));
         assert_eq!(
-            parse(b"c1/o1:42:30000 c2/o2"),
+            parse(b"c1/o1:42:30000:7 c2/o2 c3/o3:43:500"),
             Wake::Named(vec![
                 Named {
                     id: "c1/o1",
                     grant: Some(Grant {
                         fence: 42,
-                        term: Duration::from_millis(30_000)
+                        term: Duration::from_millis(30_000),
+                        ticket: Some(7),
                     })
                 },
                 Named {
                     id: "c2/o2",
                     grant: None
+                },
+                Named {
+                    id: "c3/o3",
+                    grant: Some(Grant {
+                        fence: 43,
+                        term: Duration::from_millis(500),
+                        ticket: None,
+                    })
                 },
             ])
         );

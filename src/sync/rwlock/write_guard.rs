@@ -94,6 +94,23 @@ impl RwLockWriteGuard {
         self.held.is_held()
     }
 
+    /// Until when the lease is known to run, as this process measures it: the moment the last
+    /// request that confirmed it (the acquisition, or a renewal) was sent, plus the lease, less
+    /// 2 ms and 1 % of it for clock resolution and drift (Redlock's allowance). The server's own
+    /// deadline is never earlier. Work that must end while the lock is held should
+    /// end before this; after it (the process was paused, say), [`is_held`](Self::is_held) is
+    /// false.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let writer = client.rwlock("a")?.write().await?;
+    /// let left = writer.valid_until().saturating_duration_since(std::time::Instant::now());
+    /// # Ok(()) }
+    /// ```
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.held.valid_until()
+    }
+
     /// A future that completes when the lease is known lost. It does not borrow the guard.
     ///
     /// ```no_run

@@ -1,0 +1,312 @@
+//! A TCP proxy for fault injection, put between a client and a server on loopback: added
+//! latency with jitter, replies held back and delivered later, a blackhole, a reset after the
+//! request was sent, refused connections. The mode is switched while a test runs and applies to
+//! every connection through the proxy, open or new. No root and no network namespace: just a
+//! listener on a free loopback port.
+//!
+//! Bytes are never lost or reordered within a connection: what a mode holds back is delivered,
+//! in order, once the mode lets it through (as TCP delivers once a network heals), unless the
+//! connection is reset.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// What the proxy does to the traffic it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward at once.
+    Pass,
+    /// Delay every chunk, both ways, by `base` plus a random share of `jitter`, keeping order.
+    Delay {
+        /// The fixed part of the delay.
+        base: Duration,
+        /// Up to this much more, drawn per chunk.
+        jitter: Duration,
+    },
+    /// Requests reach the server; its replies are held back until the mode changes, then
+    /// delivered.
+    HoldReplies,
+    /// Nothing goes through either way, and no connection is closed, until the mode changes;
+    /// then what was held is delivered.
+    Blackhole,
+    /// Requests reach the server; when a reply comes, the client's connection is reset instead
+    /// (the request ran, its answer is lost).
+    ResetReplies,
+    /// New connections are reset at once; open ones pass.
+    Refuse,
+}
+
+/// A running proxy. Dropping it closes every connection through it.
+#[derive(Debug)]
+pub struct Proxy {
+    local: SocketAddr,
+    mode: watch::Sender<Mode>,
+    _stop: watch::Sender<()>,
+}
+
+impl Proxy {
+    /// A proxy on a free loopback port forwarding to `upstream`, in [`Mode::Pass`]. Must be
+    /// called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let local = listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let (stop, stop_rx) = watch::channel(());
+        tokio::spawn(accept(listener, upstream, mode_rx, stop_rx));
+        Ok(Self {
+            local,
+            mode,
+            _stop: stop,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// `redis://` and the proxy's address.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.local)
+    }
+
+    /// Switches every connection, open and new, to `mode`.
+    pub fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// The mode now.
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    mut stop: watch::Receiver<()>,
+) {
+    loop {
+        let client = tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((client, _)) => client,
+                Err(_) => continue,
+            },
+        };
+        if *mode.borrow() == Mode::Refuse {
+            let _ = client.set_zero_linger();
+            drop(client);
+            continue;
+        }
+        let (mode, stop) = (mode.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Ok(server) = TcpStream::connect(upstream).await {
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                carry(client, server, mode, stop).await;
+            }
+        });
+    }
+}
+
+/// Bytes read one way and not written yet, each with the moment it may be written.
+#[derive(Default)]
+struct Queue {
+    chunks: VecDeque<(Instant, Vec<u8>)>,
+    /// The latest due time given: later chunks are never due earlier (order is kept).
+    last_due: Option<Instant>,
+}
+
+impl Queue {
+    fn push(&mut self, chunk: Vec<u8>, mode: Mode) {
+        let now = Instant::now();
+        let delay = match mode {
+            Mode::Delay { base, jitter } => base + jitter.mul_f64(fastrand::f64()),
+            _ => Duration::ZERO,
+        };
+        let due = self.last_due.map_or(now + delay, |d| d.max(now + delay));
+        self.last_due = Some(due);
+        self.chunks.push_back((due, chunk));
+    }
+
+    /// The chunks that may be written now, in order.
+    fn ready(&mut self, now: Instant, mode: Mode, replies: bool) -> Vec<Vec<u8>> {
+        let held = match mode {
+            Mode::Blackhole => true,
+            Mode::HoldReplies => replies,
+            _ => false,
+        };
+        let mut out = Vec::new();
+        if held {
+            return out;
+        }
+        while let Some((due, _)) = self.chunks.front() {
+            if matches!(mode, Mode::Delay { .. }) && *due > now {
+                break;
+            }
+            out.extend(self.chunks.pop_front().map(|(_, c)| c));
+        }
+        out
+    }
+
+    fn next_due(&self, mode: Mode) -> Option<Instant> {
+        match mode {
+            Mode::Delay { .. } => self.chunks.front().map(|(due, _)| *due),
+            _ => None,
+        }
+    }
+}
+
+/// Carries one connection both ways until either side closes (or the proxy stops).
+async fn carry(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    mut mode: watch::Receiver<Mode>,
+    mut stop: watch::Receiver<()>,
+) {
+    let (mut up, mut down) = (Queue::default(), Queue::default());
+    let (mut buf_c, mut buf_s) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut client_open, mut server_open) = (true, true);
+    loop {
+        let now = Instant::now();
+        let current = *mode.borrow();
+        if current == Mode::ResetReplies && !down.chunks.is_empty() {
+            // A reply came: the client never gets it.
+            let _ = client.set_zero_linger();
+            return;
+        }
+        {
+            let (mut cr, mut cw) = client.split();
+            let (mut sr, mut sw) = server.split();
+            for chunk in up.ready(now, current, false) {
+                if sw.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            for chunk in down.ready(now, current, true) {
+                if cw.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            if !client_open && up.chunks.is_empty() || !server_open && down.chunks.is_empty() {
+                return;
+            }
+            let due = [up.next_due(current), down.next_due(current)]
+                .into_iter()
+                .flatten()
+                .min();
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = mode.changed() => {}
+                _ = async {
+                    match due {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                read = cr.read(&mut buf_c), if client_open => match read {
+                    Ok(0) | Err(_) => client_open = false,
+                    Ok(n) => up.push(buf_c[..n].to_vec(), current),
+                },
+                read = sr.read(&mut buf_s), if server_open => match read {
+                    Ok(0) | Err(_) => server_open = false,
+                    Ok(n) => down.push(buf_s[..n].to_vec(), current),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on loopback.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, text: &[u8]) -> std::io::Result<Vec<u8>> {
+        s.write_all(text).await?;
+        let mut buf = vec![0u8; text.len()];
+        s.read_exact(&mut buf).await?;
+        Ok(buf)
+    }
+
+    #[tokio::test]
+    async fn modes_hold_delay_and_cut_as_they_say() {
+        let proxy = Proxy::start(echo().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut s, b"ping").await.unwrap(), b"ping");
+
+        // Held replies arrive once the mode lets them through, in order.
+        proxy.set(Mode::HoldReplies);
+        s.write_all(b"one").await.unwrap();
+        let mut buf = [0u8; 3];
+        let waited = tokio::time::timeout(Duration::from_millis(100), s.read_exact(&mut buf)).await;
+        assert!(waited.is_err(), "a held reply came through");
+        proxy.set(Mode::Pass);
+        s.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"one");
+
+        // A delay of 50 ms is at least 50 ms each way.
+        proxy.set(Mode::Delay {
+            base: Duration::from_millis(50),
+            jitter: Duration::from_millis(10),
+        });
+        let started = Instant::now();
+        assert_eq!(round_trip(&mut s, b"late").await.unwrap(), b"late");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+
+        // A blackhole keeps everything, then delivers it.
+        proxy.set(Mode::Blackhole);
+        s.write_all(b"dark").await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(100), s.read_exact(&mut buf)).await;
+        assert!(waited.is_err(), "a reply came through a blackhole");
+        proxy.set(Mode::Pass);
+        let mut four = [0u8; 4];
+        s.read_exact(&mut four).await.unwrap();
+        assert_eq!(&four, b"dark");
+
+        // A reset after the request: the reply is never read.
+        proxy.set(Mode::ResetReplies);
+        s.write_all(b"gone").await.unwrap();
+        let read = s.read(&mut four).await;
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+
+        // Refused: a new connection is reset; open ones would pass.
+        proxy.set(Mode::Refuse);
+        let mut refused = TcpStream::connect(proxy.addr()).await.unwrap();
+        let read = round_trip(&mut refused, b"x").await;
+        assert!(read.is_err(), "{read:?}");
+        proxy.set(Mode::Pass);
+        let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut again, b"back").await.unwrap(), b"back");
+    }
+}
