@@ -29,8 +29,14 @@ fn cycle(c: &mut Criterion) {
                 .expect("unlock")
         })
     });
-    let acquire = redis::Script::new(include_str!("../lua/v1/mutex_acquire.lua"));
-    let release = redis::Script::new(include_str!("../lua/v1/mutex_release.lua"));
+    let acquire = redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../lua/v1/mutex_acquire.lua")
+    ));
+    let release = redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../lua/v1/mutex_release.lua")
+    ));
     c.bench_function("raw EVALSHA acquire+release", |b| {
         b.to_async(&rt).iter(|| {
             let mut conn = conn.clone();

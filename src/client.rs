@@ -83,8 +83,122 @@ impl LockClient {
     /// ```
     pub fn builder(pool: Pool, server: impl IntoConnectionInfo) -> LockClientBuilder {
         LockClientBuilder {
-            pool,
-            server: server.into_connection_info(),
+            target: Target::Single {
+                pool,
+                server: server.into_connection_info(),
+            },
+            config: Config::default(),
+        }
+    }
+
+    /// A client with the default settings for the Redis Cluster that `cluster` (a redis-rs
+    /// client builder: seed nodes, credentials, TLS...) reaches.
+    ///
+    /// redlatch sets on the builder what it needs: RESP3 with its own push sender (wake-ups
+    /// come by sharded pub/sub over the same connections as requests), a response timeout of 2 s
+    /// per attempt, and retry waits of 5 to 500 ms (instead of redis-rs's 1.28 s at least, which
+    /// every `TRYAGAIN` of a slot migration would cost). Nothing is sent until the first lock
+    /// operation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if redis-rs cannot make a client of the builder (no seed, seeds with
+    /// different credentials), and [`Error::InvalidArgument`] outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlatch::Result<()> {
+    /// use redis::cluster::ClusterClientBuilder;
+    ///
+    /// let seeds = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    /// let client = redlatch::LockClient::cluster(ClusterClientBuilder::new(seeds))?;
+    /// let guard = client.fair_mutex("orders:42")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster(cluster: redis::cluster::ClusterClientBuilder) -> Result<Self> {
+        Self::cluster_builder(cluster).build()
+    }
+
+    /// A builder for a cluster client (see [`LockClient::cluster`]) with settings other than
+    /// the defaults.
+    ///
+    /// ```no_run
+    /// # fn demo() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// use redis::cluster::ClusterClientBuilder;
+    ///
+    /// let client = redlatch::LockClient::cluster_builder(ClusterClientBuilder::new([
+    ///     "redis://127.0.0.1:7000",
+    /// ]))
+    /// .key_prefix("billing")
+    /// .default_lease(Duration::from_secs(10))
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_builder(cluster: redis::cluster::ClusterClientBuilder) -> LockClientBuilder {
+        LockClientBuilder {
+            target: Target::Cluster(ClusterTarget::Builder(Box::new(cluster))),
+            config: Config::default(),
+        }
+    }
+
+    /// A client with the default settings whose requests go through `pool`, a deadpool-redis
+    /// cluster pool (one connection is taken from it for good: it multiplexes every request),
+    /// and whose wake-up subscription is a cluster client of its own made from `seeds`.
+    ///
+    /// A pool's clients use redis-rs's defaults, which redlatch cannot change: a request that
+    /// meets `TRYAGAIN` during a slot migration waits at least 1.28 s before it is retried.
+    /// [`LockClient::cluster`] sets shorter waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] for a seed that is not a valid address or seeds with different
+    /// credentials, and [`Error::InvalidArgument`] outside a tokio runtime or without seeds.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use deadpool_redis::cluster::{Config, Runtime};
+    ///
+    /// let seeds = vec!["redis://127.0.0.1:7000".to_owned()];
+    /// let pool = Config::from_urls(seeds.clone()).create_pool(Some(Runtime::Tokio1))?;
+    /// let client = redlatch::LockClient::cluster_pool(pool, seeds)?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_pool<S: IntoConnectionInfo>(
+        pool: deadpool_redis::cluster::Pool,
+        seeds: impl IntoIterator<Item = S>,
+    ) -> Result<Self> {
+        Self::cluster_pool_builder(pool, seeds).build()
+    }
+
+    /// A builder for a client over a deadpool-redis cluster pool (see
+    /// [`LockClient::cluster_pool`]) with settings other than the defaults.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::cluster::Pool) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::cluster_pool_builder(pool, ["redis://127.0.0.1:7000"])
+    ///     .key_prefix("billing")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_pool_builder<S: IntoConnectionInfo>(
+        pool: deadpool_redis::cluster::Pool,
+        seeds: impl IntoIterator<Item = S>,
+    ) -> LockClientBuilder {
+        let seeds = seeds
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        LockClientBuilder {
+            target: Target::Cluster(ClusterTarget::Pool { pool, seeds }),
             config: Config::default(),
         }
     }
@@ -265,9 +379,43 @@ impl LockClient {
 #[must_use = "a builder does nothing until `.build()` is called"]
 #[derive(Debug)]
 pub struct LockClientBuilder {
-    pool: Pool,
-    server: redis::RedisResult<redis::ConnectionInfo>,
+    target: Target,
     config: Config,
+}
+
+/// What a client is built for. (A builder lives for one statement: the size of its variants
+/// does not matter.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+enum Target {
+    Single {
+        pool: Pool,
+        server: redis::RedisResult<redis::ConnectionInfo>,
+    },
+    #[cfg(feature = "cluster")]
+    Cluster(ClusterTarget),
+}
+
+#[cfg(feature = "cluster")]
+enum ClusterTarget {
+    Builder(Box<redis::cluster::ClusterClientBuilder>),
+    Pool {
+        pool: deadpool_redis::cluster::Pool,
+        seeds: redis::RedisResult<Vec<redis::ConnectionInfo>>,
+    },
+}
+
+#[cfg(feature = "cluster")]
+impl std::fmt::Debug for ClusterTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Builder(builder) => f.debug_tuple("Builder").field(builder).finish(),
+            Self::Pool { seeds, .. } => f
+                .debug_struct("Pool")
+                .field("seeds", seeds)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl LockClientBuilder {
@@ -379,16 +527,42 @@ impl LockClientBuilder {
     /// ```
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
-        let server = self.server?;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::invalid(
-                "runtime",
-                "a LockClient must be built inside a tokio runtime",
-            ));
-        }
-        let server = redis::Client::open(server)?;
-        Ok(LockClient {
-            core: Core::single(self.config, self.pool, server),
-        })
+        let in_runtime = || {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(Error::invalid(
+                    "runtime",
+                    "a LockClient must be built inside a tokio runtime",
+                ));
+            }
+            Ok(())
+        };
+        let core = match self.target {
+            Target::Single { pool, server } => {
+                let server = server?;
+                in_runtime()?;
+                Core::single(self.config, pool, redis::Client::open(server)?)
+            }
+            #[cfg(feature = "cluster")]
+            Target::Cluster(target) => {
+                let source = match target {
+                    ClusterTarget::Builder(builder) => {
+                        crate::backend::ClusterSource::Builder(builder)
+                    }
+                    ClusterTarget::Pool { pool, seeds } => {
+                        let seeds = seeds?;
+                        if seeds.is_empty() {
+                            return Err(Error::invalid(
+                                "seeds",
+                                "a cluster client needs at least one seed address",
+                            ));
+                        }
+                        crate::backend::ClusterSource::Pool { pool, seeds }
+                    }
+                };
+                in_runtime()?;
+                Core::cluster(self.config, source)?
+            }
+        };
+        Ok(LockClient { core })
     }
 }

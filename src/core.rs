@@ -36,19 +36,48 @@ impl Core {
     /// Starts a client's machinery for one server on the current tokio runtime: the
     /// subscription, the watchdog and the release queue.
     pub(crate) fn single(config: Config, pool: Pool, server: redis::Client) -> Arc<Self> {
+        let started = Self::start(config, |listener, requests, stopped| {
+            Ok::<_, std::convert::Infallible>(Backend::single(
+                pool,
+                protocol::scripts(),
+                server,
+                listener,
+                requests,
+                stopped,
+            ))
+        });
+        match started {
+            Ok(core) => core,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Starts a client's machinery for a Redis Cluster on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if no cluster client can be made from `source`.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster(config: Config, source: backend::ClusterSource) -> Result<Arc<Self>> {
+        Self::start(config, |listener, requests, stopped| {
+            Backend::cluster(source, protocol::scripts(), listener, requests, stopped)
+        })
+    }
+
+    fn start<E>(
+        config: Config,
+        backend: impl FnOnce(
+            Arc<dyn backend::Listener>,
+            backend::Requests,
+            watch::Receiver<()>,
+        ) -> std::result::Result<Backend, E>,
+    ) -> std::result::Result<Arc<Self>, E> {
         let (subscriber, requests) = backend::subscription();
         let notifier = Notifier::new(subscriber);
         let (shutdown, stopped) = watch::channel(());
-        let backend = Arc::new(Backend::single(
-            pool,
-            protocol::scripts(),
-            server,
-            notifier.listener(),
-            requests,
-            stopped,
-        ));
+        let backend = Arc::new(backend(notifier.listener(), requests, stopped)?);
         let tasks = Tasks::spawn(Arc::clone(&backend));
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             config,
             id: OwnerToken::new().short_id(),
             backend,
@@ -56,7 +85,7 @@ impl Core {
             tasks,
             turns: Turns::default(),
             _shutdown: shutdown,
-        })
+        }))
     }
 }
 

@@ -161,7 +161,7 @@ impl Error {
     /// The server is there but did not answer in time (paused, busy): waiting may help, where
     /// a refused connection (a wrong address) would not.
     pub(crate) fn is_slow(&self) -> bool {
-        matches!(self, Self::Redis(e) if e.is_timeout())
+        matches!(self, Self::Redis(e) if e.is_timeout() || is_passing(e))
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
@@ -171,8 +171,9 @@ impl Error {
         }
     }
 
-    /// True when the failure came from reaching Redis (pool or connection), so a retry may
-    /// succeed.
+    /// True when the failure came from reaching Redis (pool or connection) or from a server
+    /// that cannot serve for a while (loading its data, a cluster failing over or moving a
+    /// slot), so a retry may succeed.
     ///
     /// ```
     /// let err = redlatch::Error::Timeout { waited: std::time::Duration::ZERO, lease_left: None };
@@ -186,10 +187,30 @@ impl Error {
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_timeout()
+                    || is_passing(e)
             }
             _ => false,
         }
     }
+}
+
+/// A server that cannot serve the request for a while and says so: loading its data, a cluster
+/// failing over (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a demoted master) or moving a slot
+/// (`TRYAGAIN`, or a redirect the client ran out of retries to follow).
+fn is_passing(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as K};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            K::BusyLoading
+                | K::TryAgain
+                | K::ClusterDown
+                | K::MasterDown
+                | K::ReadOnly
+                | K::Moved
+                | K::Ask
+        )
+    )
 }
 
 #[cfg(test)]

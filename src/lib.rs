@@ -23,7 +23,9 @@
 //!   that watches a hold it does not own;
 //! * **tower layers** (feature `tower`, on by default): [`layer::LockLayer`] and
 //!   [`layer::PermitLayer`] hold a lock or a permit for each HTTP request, for axum, hyper and
-//!   tonic.
+//!   tonic;
+//! * **Redis Cluster** (feature `cluster`): `LockClient::cluster` runs every primitive on a
+//!   sharded cluster, with wake-ups by sharded pub/sub, through slot moves and failovers.
 //!
 //! ```no_run
 //! # async fn demo() -> redlatch::Result<()> {
@@ -56,6 +58,11 @@
 //! that is paused (GC, swap, SIGSTOP) past its lease, or cut off from Redis, loses the lock
 //! while it may still be working: that is what [`MutexGuard::lost`] and fencing tokens are for.
 //! With asynchronous replication, a failover can lose a lock that the old master granted.
+//!
+//! On a Redis Cluster each name lives on the master that serves its hash slot, with the same
+//! guarantees as on one server; when the slot moves, holders keep their holds and waiters
+//! follow it, and requests that the cluster client re-sends after a lost reply change hold
+//! counts once. The cluster section of the README says what holds during failovers.
 //!
 //! # Redis layout
 //!

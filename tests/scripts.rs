@@ -237,6 +237,7 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
         let other = sem.acquire().await.unwrap();
         // The release a network retry would send twice, run by hand.
         let script = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_release.lua")
@@ -273,6 +274,7 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         let mut conn = redis.conn().await;
         // A permit granted twice to one new owner (the first answer "lost").
         let acquire = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_acquire.lua")
@@ -302,7 +304,10 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         assert_eq!(sem.available_permits().await.unwrap(), 1);
 
         // The same for the mutex: one hold, not two.
-        let acquire = redis::Script::new(include_str!("../lua/v1/mutex_acquire.lua"));
+        let acquire = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../lua/v1/mutex_acquire.lua")
+        ));
         let lock = redis.lock_key("retry-mutex");
         let mut call = acquire.prepare_invoke();
         call.key(&lock)
@@ -329,6 +334,7 @@ async fn raw_queue_acquire(
     claim: &str,
 ) -> redis::Value {
     let script = redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\n",
         include_str!("../lua/v1/keys_lib.lua"),
         include_str!("../lua/v1/queue_lib.lua"),
         include_str!("../lua/v1/queue_acquire.lua")
@@ -388,6 +394,7 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
         });
         support::until(|| async { redis.queued(&client, "handed").await == 2 }).await;
         let release = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_release.lua")

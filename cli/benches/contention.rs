@@ -236,6 +236,7 @@ async fn run() -> AnyResult<()> {
         ],
         out_dir: std::path::PathBuf::from("target/bench"),
         own_server,
+        cluster: None,
     };
     bench.run().await?;
     drop(server);

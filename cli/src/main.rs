@@ -1,9 +1,10 @@
 //! `redlatch`: the command-line tool (package `redlatch-cli`; `cargo install --path cli`).
 //!
 //! ```text
-//! redlatch bench [--quick]                       # the contention benchmark, own redis-server
+//! redlatch bench [--quick] [--cluster]           # the contention benchmark, own redis-server
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
+//! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
 //! ```
 
 use std::io::{BufRead, Write};
@@ -14,7 +15,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use redlatch::LockClient;
 use redlatch_cli::bench;
-use redlatch_harness::server;
+use redlatch_harness::{RedisCluster, server};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,6 +30,10 @@ struct Cli {
     /// The key prefix the locks were made with (`LockClientBuilder::key_prefix`).
     #[arg(long, default_value = "redlatch", global = true)]
     prefix: String,
+    /// The server is a Redis Cluster: `--url` lists seed nodes, separated by commas. With
+    /// `bench`: also run the cluster scenario on a 3-master cluster of the tool's own.
+    #[arg(long, global = true)]
+    cluster: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,8 +99,12 @@ async fn main() -> ExitCode {
     }
 }
 
-fn client(url: Option<&str>, prefix: &str) -> AnyResult<LockClient> {
+fn client(url: Option<&str>, prefix: &str, cluster: bool) -> AnyResult<LockClient> {
     let url = url.ok_or("no server: give --url or set REDIS_URL")?;
+    if cluster {
+        let seeds: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
+        return bench::redlatch_cluster_client(&seeds, prefix);
+    }
     bench::redlatch_client(url, prefix)
 }
 
@@ -118,6 +127,18 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
             let plan = bench::Plan::new(quick, handoff_hold_ms);
             let entries = bench::redlatch_entries(&url, &prefix);
+            // The cluster scenario runs on a cluster of the tool's own, always: it is compared
+            // with the single server on the same machine.
+            let own_cluster = if cli.cluster {
+                Some(tokio::task::spawn_blocking(|| RedisCluster::try_start(3, 0)).await??)
+            } else {
+                None
+            };
+            let cluster = own_cluster.as_ref().map(|c| {
+                let seeds = c.urls();
+                let entries = bench::redlatch_cluster_entries(&seeds, &prefix);
+                (seeds, entries)
+            });
             let bench = bench::Bench {
                 url,
                 prefix,
@@ -126,18 +147,19 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 contended: vec!["redlatch-mutex", "redlatch-fair"],
                 out_dir: out,
                 own_server,
+                cluster,
             };
             bench.run().await?;
-            drop(server);
+            drop((server, own_cluster));
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { name } => {
-            let client = client(cli.url.as_deref(), &cli.prefix)?;
+            let client = client(cli.url.as_deref(), &cli.prefix, cli.cluster)?;
             print!("{}", client.inspect(&name).await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::ForceUnlock { name, yes } => {
-            let client = client(cli.url.as_deref(), &cli.prefix)?;
+            let client = client(cli.url.as_deref(), &cli.prefix, cli.cluster)?;
             let snapshot = client.inspect(&name).await?;
             if snapshot.kind.is_none() {
                 println!("{name}: nothing stored, nothing to unlock");

@@ -299,7 +299,11 @@ impl Worker {
     /// The release of a test-only build of `mutex_release` that skips the owner check: any
     /// owner frees the lock.
     async fn mutant_release(&self, owner: &str) -> String {
-        let source = include_str!("../../lua/v1/mutex_release.lua").replace(
+        let source = concat!(
+            "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../../lua/v1/mutex_release.lua")
+        )
+        .replace(
             "if holds == nil then return {0} end",
             "if holds == nil then holds = 1 end",
         );
@@ -323,6 +327,7 @@ impl Worker {
     /// Sends `queue_release` for a permit by hand, as a network retry would.
     async fn release_permit_again(&self, permit: &str) -> String {
         let script = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
             include_str!("../../lua/v1/keys_lib.lua"),
             include_str!("../../lua/v1/queue_lib.lua"),
             include_str!("../../lua/v1/queue_release.lua")

@@ -5,6 +5,8 @@
 //!   can kill, pause and restart;
 //! * [`TestServer`]: a server for one test (or the one `REDIS_URL` names) with a key prefix no
 //!   other test uses, and helpers to look at what is left in Redis;
+//! * [`cluster`]: a Redis Cluster of such processes (masters and replicas), whose slots a test
+//!   can move and whose masters it can fail over;
 //! * [`measure`]: the loops the contention figures are made of (task loops, contended runs,
 //!   hand-offs, the raw-script reference, request counts and CPU accounting);
 //! * [`proxy`]: a TCP proxy that delays, holds, blackholes, resets or refuses traffic, for
@@ -13,11 +15,13 @@
 //!   atomicity, a fenced store), and [`check`]: the checkers over what the holders did.
 
 pub mod check;
+pub mod cluster;
 pub mod measure;
 pub mod proxy;
 pub mod resource;
 pub mod server;
 mod test_server;
 
+pub use cluster::RedisCluster;
 pub use server::RedisServer;
 pub use test_server::{TestServer, crashing, racy_increment, unique, until, within};

@@ -30,11 +30,21 @@ pub fn script_commands(sources: &[&str]) -> Vec<String> {
                 }
             }
         }
+        // The wake-up command is named by the script's prelude: `PUBLISH` on one server,
+        // `SPUBLISH` on a cluster.
+        if src.contains("redis.call(PUBLISH") {
+            set.insert("publish".to_owned());
+            set.insert("spublish".to_owned());
+        }
     }
     set.into_iter().collect()
 }
 
-/// redlatch's scripts.
+/// The prelude of the single-server form of redlatch's scripts: it names the command that
+/// publishes wake-ups (see `lua/README.md`). A script file run by hand needs it first.
+pub const PLAIN: &str = "local PUBLISH = 'PUBLISH'\n";
+
+/// redlatch's script files (without the prelude).
 pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/mutex_acquire.lua"),
     include_str!("../../lua/v1/mutex_release.lua"),
@@ -46,6 +56,7 @@ pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/queue_extend.lua"),
     include_str!("../../lua/v1/inspect.lua"),
     include_str!("../../lua/v1/force_unlock.lua"),
+    include_str!("../../lua/v1/once_lib.lua"),
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -130,9 +141,9 @@ impl Waits {
 /// no library logic at all.
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     static ACQUIRE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(LUA[0]));
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{}", LUA[0])));
     static RELEASE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(LUA[1]));
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{}", LUA[1])));
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
     let conn = deadpool_redis::Connection::take(pool.get().await?);
     let prefix = prefix.to_owned();

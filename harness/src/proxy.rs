@@ -10,6 +10,8 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +49,10 @@ pub enum Mode {
 pub struct Proxy {
     local: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// Set: the next reply of any connection is lost (its connection reset) instead.
+    armed: Arc<AtomicBool>,
+    /// How many connections were reset for an armed reply.
+    resets: watch::Sender<u64>,
     _stop: watch::Sender<()>,
 }
 
@@ -62,12 +68,31 @@ impl Proxy {
         let local = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
         let (stop, stop_rx) = watch::channel(());
-        tokio::spawn(accept(listener, upstream, mode_rx, stop_rx));
+        let armed = Arc::new(AtomicBool::new(false));
+        let (resets, _) = watch::channel(0);
+        let shot = Shot {
+            armed: Arc::clone(&armed),
+            resets: resets.clone(),
+        };
+        tokio::spawn(accept(listener, upstream, mode_rx, stop_rx, shot));
         Ok(Self {
             local,
             mode,
+            armed,
+            resets,
             _stop: stop,
         })
+    }
+
+    /// The next reply that comes through, on any connection, is lost: that connection is
+    /// reset instead (its request ran). Then every reply passes again.
+    pub fn lose_next_reply(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// How many replies were lost for [`lose_next_reply`](Self::lose_next_reply).
+    pub fn replies_lost(&self) -> u64 {
+        *self.resets.borrow()
     }
 
     /// The address clients connect to.
@@ -91,11 +116,19 @@ impl Proxy {
     }
 }
 
+/// The one-shot reply loss shared by a proxy's connections.
+#[derive(Clone)]
+struct Shot {
+    armed: Arc<AtomicBool>,
+    resets: watch::Sender<u64>,
+}
+
 async fn accept(
     listener: TcpListener,
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     mut stop: watch::Receiver<()>,
+    shot: Shot,
 ) {
     loop {
         let client = tokio::select! {
@@ -110,12 +143,12 @@ async fn accept(
             drop(client);
             continue;
         }
-        let (mode, stop) = (mode.clone(), stop.clone());
+        let (mode, stop, shot) = (mode.clone(), stop.clone(), shot.clone());
         tokio::spawn(async move {
             if let Ok(server) = TcpStream::connect(upstream).await {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                carry(client, server, mode, stop).await;
+                carry(client, server, mode, stop, shot).await;
             }
         });
     }
@@ -175,6 +208,7 @@ async fn carry(
     mut server: TcpStream,
     mut mode: watch::Receiver<Mode>,
     mut stop: watch::Receiver<()>,
+    shot: Shot,
 ) {
     let (mut up, mut down) = (Queue::default(), Queue::default());
     let (mut buf_c, mut buf_s) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
@@ -185,6 +219,11 @@ async fn carry(
         if current == Mode::ResetReplies && !down.chunks.is_empty() {
             // A reply came: the client never gets it.
             let _ = client.set_zero_linger();
+            return;
+        }
+        if !down.chunks.is_empty() && shot.armed.swap(false, Ordering::SeqCst) {
+            let _ = client.set_zero_linger();
+            shot.resets.send_modify(|n| *n += 1);
             return;
         }
         {

@@ -165,6 +165,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Whether the process is running (not killed, or restarted since).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

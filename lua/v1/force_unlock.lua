@@ -31,7 +31,7 @@ if layout == 'mutex:1' then
     if string.sub(f, 1, 1) ~= '~' then holders = holders + 1 end
   end
   redis.call('DEL', m)
-  redis.call('PUBLISH', channel, '1')
+  redis.call(PUBLISH, channel, '1')
   return {layout, holders, 0}
 end
 if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1' then
@@ -51,5 +51,5 @@ end
 local fence = redis.call('HGET', m, '~fence')
 if fence then redis.call('SET', KEYS[4], fence, 'PX', ARGV[2]) end
 redis.call('DEL', m, h, q)
-if #waiters > 0 then redis.call('PUBLISH', channel, table.concat(waiters, ' ')) end
+if #waiters > 0 then redis.call(PUBLISH, channel, table.concat(waiters, ' ')) end
 return {layout, holders, #waiters}

@@ -21,5 +21,5 @@ local holds = tonumber(redis.call('HGET', lock, owner))
 if holds == nil then return {0} end
 if holds > 1 then return {1, redis.call('HINCRBY', lock, owner, -1)} end
 redis.call('DEL', lock)
-redis.call('PUBLISH', ARGV[2], '1')
+redis.call(PUBLISH, ARGV[2], '1')
 return {2}

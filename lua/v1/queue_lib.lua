@@ -340,7 +340,7 @@ local function handoff(s, channel, now, clock)
     told[#told + 1] = w.client .. '/' .. w.owner .. ':' .. token .. ':' .. term .. ':' .. head[2]
     if w.op ~= 'r' and w.op ~= 's' then break end
   end
-  if #told > 0 then redis.call('PUBLISH', channel, table.concat(told, ' ')) end
+  if #told > 0 then redis.call(PUBLISH, channel, table.concat(told, ' ')) end
 end
 
 -- A lease that ends sooner than `~next` said (a short grace or fixed lease) may run out
@@ -358,7 +358,7 @@ local function tell_sooner(s)
       end
     end
   end
-  if #told > 0 then redis.call('PUBLISH', s.channel, table.concat(told, ' ')) end
+  if #told > 0 then redis.call(PUBLISH, s.channel, table.concat(told, ' ')) end
 end
 
 -- Writes the state back and returns `reply`. Nobody holding or waiting deletes the keys (and

@@ -3,16 +3,18 @@
 //!
 //! A request is typed ([`Request`]): the protocol layer above says which script it runs with
 //! which keys and arguments and how its reply decodes, and the backend carries it to a server
-//! and hands back the decoded reply. Today the backend is one server ([`single::Node`]): every
-//! script goes over one multiplexed connection, run by SHA with the source as the fallback
-//! ([`Script`], [`By`]). The seam is [`Backend::run`] and [`Backend::batch_group`]: a Redis Cluster can
-//! route each call by the hash slot of its first key and group batches by slot, and a quorum of
-//! independent servers can run a request on each and vote on the decoded replies, without the
-//! layers above changing.
+//! and hands back the decoded reply. The backend is one server ([`single::Node`]: every script
+//! over one multiplexed connection, run by SHA with the source as the fallback, [`Script`],
+//! [`By`]) or, with the `cluster` feature, a Redis Cluster (`cluster::Node`: each call routed by
+//! the hash slot of its first key, batches grouped by slot, wake-ups by sharded pub/sub). The
+//! seam is [`Backend::run`] and [`Backend::batch_group`]: a quorum of independent servers can run
+//! a request on each and vote on the decoded replies, without the layers above changing.
 //!
 //! Wake-ups come from one subscription connection per server, which tells a [`Listener`] (the
 //! client's waiter registry) what it hears, and subscribes to what its [`Subscriber`] asks for.
 
+#[cfg(feature = "cluster")]
+mod cluster;
 mod script;
 mod single;
 mod subscription;
@@ -23,6 +25,8 @@ use deadpool_redis::Pool;
 use redis::Value;
 use tokio::sync::watch;
 
+#[cfg(test)]
+pub(crate) use script::Publish;
 pub(crate) use script::{By, Call, Script};
 pub(crate) use subscription::{Listener, Requests, Subscriber, channel as subscription};
 
@@ -50,6 +54,45 @@ pub(crate) struct Backend {
 enum Servers {
     /// One server.
     Single(Node),
+    /// A Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Cluster(cluster::Node),
+}
+
+/// How a cluster backend reaches the cluster.
+#[cfg(feature = "cluster")]
+pub(crate) enum ClusterSource {
+    /// A client builder of the caller's: redlatch sets RESP3, the push sender, its response
+    /// timeout and retry waits, and uses one connection for requests and the subscription.
+    Builder(Box<redis::cluster::ClusterClientBuilder>),
+    /// The caller's deadpool pool for requests, and the seed addresses for a subscription
+    /// client of redlatch's own.
+    Pool {
+        pool: deadpool_redis::cluster::Pool,
+        seeds: Vec<redis::ConnectionInfo>,
+    },
+}
+
+/// How long a cluster node may take to answer one request before redis-rs counts it failed
+/// (and retries it, within the caller's own deadline).
+#[cfg(feature = "cluster")]
+const CLUSTER_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Applies what redlatch needs to a cluster client builder: RESP3 with `pushes` as the push
+/// sender, and short retry waits (redis-rs waits at least 1.28 s before retrying a `TRYAGAIN`
+/// by default; a slot migration asks for many).
+#[cfg(feature = "cluster")]
+fn cluster_settings(
+    builder: redis::cluster::ClusterClientBuilder,
+    pushes: impl redis::aio::AsyncPushSender,
+) -> redis::cluster::ClusterClientBuilder {
+    builder
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(pushes)
+        .response_timeout(CLUSTER_RESPONSE_TIMEOUT)
+        .min_retry_wait(5)
+        .max_retry_wait(500)
+        .retry_wait_formula(5, 2)
 }
 
 impl Backend {
@@ -71,10 +114,52 @@ impl Backend {
         }
     }
 
+    /// A Redis Cluster reached through `source`, each connection loading `scripts` on every
+    /// node; its sharded subscription serves `listener` the channels `requests` ask for until
+    /// `shutdown`'s sender is dropped. Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`](crate::Error::Redis) if the client cannot be made from the builder or
+    /// the seed addresses.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster(
+        source: ClusterSource,
+        scripts: Vec<&'static Script>,
+        listener: Arc<dyn Listener>,
+        requests: Requests,
+        shutdown: watch::Receiver<()>,
+    ) -> Result<Self> {
+        let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+        let tx = cluster::push_sender(Arc::clone(&listener), tx);
+        let (requesting, subscribing) = match source {
+            ClusterSource::Builder(builder) => {
+                let client = cluster_settings(*builder, tx).build()?;
+                let connector =
+                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), scripts);
+                (Arc::clone(&connector), connector)
+            }
+            ClusterSource::Pool { pool, seeds } => {
+                let builder = redis::cluster::ClusterClientBuilder::new(seeds);
+                let client = cluster_settings(builder, tx).build()?;
+                (
+                    cluster::Connector::new(cluster::Source::Pool(pool), scripts),
+                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), Vec::new()),
+                )
+            }
+        };
+        cluster::spawn_subscription(subscribing, pushes, listener, requests, shutdown);
+        Ok(Self {
+            servers: Servers::Cluster(cluster::Node::new(requesting)),
+        })
+    }
+
     /// Runs `request` and decodes its reply.
     pub(crate) async fn run<R: Request>(&self, request: &R) -> Result<R::Reply> {
         let raw = match &self.servers {
             Servers::Single(node) => node.invoke(request).await?,
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(node) => node.invoke(request).await?,
         };
         request.decode(raw)
     }
@@ -82,9 +167,14 @@ impl Backend {
     /// Which batch an item keyed by `key` may share one script call with: items of one group
     /// may go together. One server takes any keys in one call (one group); a cluster takes the
     /// keys of one hash slot only.
-    pub(crate) fn batch_group(&self, _key: &str) -> u16 {
+    pub(crate) fn batch_group(&self, key: &str) -> u16 {
         match &self.servers {
-            Servers::Single(_) => 0,
+            Servers::Single(_) => {
+                let _ = key;
+                0
+            }
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(_) => cluster::slot(key),
         }
     }
 }

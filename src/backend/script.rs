@@ -8,56 +8,122 @@
 
 use redis::{Cmd, ToRedisArgs};
 
-/// One Lua script: its source and SHA1.
+/// One Lua script in its two forms, which differ in how they publish wake-ups: with `PUBLISH`
+/// (one server: every subscriber of the server hears it) or `SPUBLISH` (Redis Cluster: the
+/// channel lives in the name's hash slot, and only that shard's subscribers hear it). Each form
+/// is its file(s) after a one-line prelude that sets `PUBLISH` to the command.
+///
+/// The cluster form of a script that must run once per request (`once`) also runs its code
+/// through `lua/v1/once_lib.lua`: each call of it carries one more key, the name's request log
+/// (its first key and `:once`), and one more argument, a request id, so a request that the
+/// cluster client re-sends after a lost reply is answered from the log instead of running again.
 #[derive(Debug)]
 pub(crate) struct Script {
+    plain: Form,
+    sharded: Form,
+    once: bool,
+}
+
+#[derive(Debug)]
+struct Form {
     source: &'static str,
     hash: String,
 }
 
-/// How a call names its script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum By {
-    /// `EVALSHA`: from the server's script cache.
-    Hash,
-    /// `EVAL`: the source, for a server that does not have it cached.
-    Source,
-}
-
-impl Script {
-    pub(crate) fn new(source: &'static str) -> Self {
+impl Form {
+    fn new(source: &'static str) -> Self {
         Self {
             source,
             hash: redis::Script::new(source).get_hash().to_owned(),
         }
     }
+}
 
-    /// The SHA1 of the source, as `EVALSHA` names it.
-    #[cfg(test)]
-    pub(crate) fn hash(&self) -> &str {
-        &self.hash
+/// How scripts publish their wake-ups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// `PUBLISH`: one server.
+    Plain,
+    /// `SPUBLISH`: Redis Cluster's sharded channels.
+    Sharded,
+}
+
+/// How a call names its script: by hash or source, and in which form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct By {
+    /// `EVAL` with the source (for a server that does not have it cached) instead of
+    /// `EVALSHA`.
+    pub(crate) source: bool,
+    /// The form of the script.
+    pub(crate) publish: Publish,
+}
+
+impl By {
+    /// `EVALSHA` of the `publish` form.
+    pub(crate) const fn hash(publish: Publish) -> Self {
+        Self {
+            source: false,
+            publish,
+        }
     }
 
-    /// `SCRIPT LOAD` of this script.
-    pub(crate) fn load(&self) -> Cmd {
+    /// The same form by `EVAL`: from the source.
+    pub(crate) const fn source(self) -> Self {
+        Self {
+            source: true,
+            ..self
+        }
+    }
+}
+
+impl Script {
+    /// A script from its `PUBLISH` and `SPUBLISH` forms; `once`: the sharded form is wrapped
+    /// by the request log (it takes one more key and one more argument).
+    pub(crate) fn new(plain: &'static str, sharded: &'static str, once: bool) -> Self {
+        Self {
+            plain: Form::new(plain),
+            sharded: Form::new(sharded),
+            once,
+        }
+    }
+
+    fn form(&self, publish: Publish) -> &Form {
+        match publish {
+            Publish::Plain => &self.plain,
+            Publish::Sharded => &self.sharded,
+        }
+    }
+
+    /// The SHA1 of the `publish` form's source, as `EVALSHA` names it.
+    #[cfg(test)]
+    pub(crate) fn hash(&self, publish: Publish) -> &str {
+        &self.form(publish).hash
+    }
+
+    /// `SCRIPT LOAD` of the `publish` form.
+    pub(crate) fn load(&self, publish: Publish) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(self.source);
+        cmd.arg("LOAD").arg(self.form(publish).source);
         cmd
     }
 
     /// A call of this script, named `by` hash or source, that will be given `keys` keys and
     /// then its arguments.
     pub(crate) fn call(&self, by: By, keys: usize) -> Call {
-        // Room for the usual call without growing: a few keys and a dozen short arguments.
-        let (verb, script) = match by {
-            By::Hash => ("EVALSHA", self.hash.as_str()),
-            By::Source => ("EVAL", self.source),
+        let form = self.form(by.publish);
+        let (verb, script) = if by.source {
+            ("EVAL", form.source)
+        } else {
+            ("EVALSHA", form.hash.as_str())
         };
+        let once = self.once && by.publish == Publish::Sharded;
+        // Room for the usual call without growing: a few keys and a dozen short arguments.
         let mut cmd = Cmd::with_capacity(16 + 2 * keys, 256 + 64 * keys + script.len());
-        cmd.arg(verb).arg(script).arg(keys);
+        cmd.arg(verb).arg(script).arg(keys + usize::from(once));
         Call {
             cmd,
             keys_left: keys,
+            once: once.then(Once::default),
         }
     }
 }
@@ -68,13 +134,39 @@ pub(crate) struct Call {
     cmd: Cmd,
     /// Keys still to come before the first argument.
     keys_left: usize,
+    /// For a script run once per request: its request log key, once known.
+    once: Option<Once>,
+}
+
+#[derive(Debug, Default)]
+struct Once {
+    /// The request log of the call's name: its first key and `:once`.
+    log: Option<String>,
+    /// The request may run twice with the effect of once: it is sent without an id, and the
+    /// log is neither read nor written.
+    repeatable: bool,
 }
 
 impl Call {
     pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
         debug_assert!(self.keys_left > 0, "more keys than the call was made for");
         self.keys_left = self.keys_left.saturating_sub(1);
+        if let Some(once) = &mut self.once
+            && once.log.is_none()
+        {
+            let mut log = Vec::new();
+            for arg in key.to_redis_args() {
+                log.extend_from_slice(&arg);
+            }
+            log.extend_from_slice(b":once");
+            once.log = Some(String::from_utf8_lossy(&log).into_owned());
+        }
         self.cmd.arg(key);
+        if self.keys_left == 0
+            && let Some(Once { log: Some(log), .. }) = &self.once
+        {
+            self.cmd.arg(log.as_str());
+        }
         self
     }
 
@@ -84,9 +176,31 @@ impl Call {
         self
     }
 
-    /// The command, ready to send.
-    pub(crate) fn into_cmd(self) -> Cmd {
+    /// Marks a call of a script run once per request as one that may run twice with the
+    /// effect of once (an acquisition for a fresh owner finds its own hold the second time):
+    /// it skips the request log.
+    pub(crate) fn repeatable(&mut self) -> &mut Self {
+        if let Some(once) = &mut self.once {
+            once.repeatable = true;
+        }
+        self
+    }
+
+    /// The command, ready to send (a call run once per request gets its request id last, or
+    /// an empty one when it is repeatable).
+    pub(crate) fn into_cmd(mut self) -> Cmd {
         debug_assert_eq!(self.keys_left, 0, "fewer keys than the call was made for");
+        match &self.once {
+            Some(Once {
+                repeatable: true, ..
+            }) => {
+                self.cmd.arg("");
+            }
+            Some(_) => {
+                self.cmd.arg(format!("{:032x}", fastrand::u128(..)));
+            }
+            None => {}
+        }
         self.cmd
     }
 }
@@ -97,24 +211,62 @@ mod tests {
 
     #[test]
     fn a_call_names_its_keys_before_its_arguments() {
-        let script = Script::new("return 1");
-        assert_eq!(script.hash(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        let script = Script::new("return 1", "return 2", false);
+        let plain = By::hash(Publish::Plain);
+        assert_eq!(
+            script.hash(Publish::Plain),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+        assert_ne!(script.hash(Publish::Sharded), script.hash(Publish::Plain));
         let write = |by| {
             let mut call = script.call(by, 2);
             call.key("k1").key("k2").arg(7).arg("x");
             call.into_cmd().get_packed_command()
         };
         let expected = redis::cmd("EVALSHA")
-            .arg(script.hash())
+            .arg(script.hash(Publish::Plain))
             .arg(2)
             .arg("k1")
             .arg("k2")
             .arg(7)
             .arg("x")
             .get_packed_command();
-        assert_eq!(write(By::Hash), expected);
-        let by_source = write(By::Source);
+        assert_eq!(write(plain), expected);
+        let by_source = write(plain.source());
         assert!(String::from_utf8_lossy(&by_source).starts_with("*7\r\n$4\r\nEVAL\r\n"));
         assert!(String::from_utf8_lossy(&by_source).contains("return 1"));
+    }
+
+    #[test]
+    fn a_call_run_once_carries_its_request_log_and_an_id() {
+        let script = Script::new("return 1", "return 2", true);
+        let write = |by| {
+            let mut call = script.call(by, 2);
+            call.key("p:{n}").key("p:{n}:fence").arg(7);
+            call.into_cmd()
+        };
+        let args = |cmd: &redis::Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let sharded = args(&write(By::hash(Publish::Sharded)));
+        assert_eq!(sharded[2..6], ["3", "p:{n}", "p:{n}:fence", "p:{n}:once"]);
+        assert_eq!(sharded[6], "7");
+        assert_eq!(sharded[7].len(), 32, "a request id");
+        let again = args(&write(By::hash(Publish::Sharded)));
+        assert_ne!(sharded[7], again[7], "one id per request");
+        let mut repeatable = script.call(By::hash(Publish::Sharded), 1);
+        repeatable.key("p:{n}").repeatable().arg(1);
+        assert_eq!(
+            args(&repeatable.into_cmd())[2..],
+            ["2", "p:{n}", "p:{n}:once", "1", ""]
+        );
+        // One server does not re-send: the plain form has neither.
+        let plain = args(&write(By::hash(Publish::Plain)));
+        assert_eq!(plain[2..], ["2", "p:{n}", "p:{n}:fence", "7"]);
     }
 }

@@ -10,7 +10,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Request;
-use super::script::{By, Script};
+use super::script::{By, Publish, Script};
 use crate::error::Result;
 
 /// How long requests may go unanswered (each timing out) before the connection is given up for
@@ -67,7 +67,7 @@ impl Node {
         let mut conn = deadpool_redis::Connection::take(Box::pin(self.pool.get()).await?);
         let mut load = redis::pipe();
         for script in &self.scripts {
-            load.add_command(script.load()).ignore();
+            load.add_command(script.load(Publish::Plain)).ignore();
         }
         // A failed load costs nothing: a call by hash falls back to the source.
         let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
@@ -82,10 +82,11 @@ impl Node {
     /// flushed again in between cannot fail the call, as a load followed by a retry could.
     pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
         let mut conn = self.connection().await?;
-        let by_hash = request.call(By::Hash).into_cmd();
+        let by = By::hash(Publish::Plain);
+        let by_hash = request.call(by).into_cmd();
         let reply = match by_hash.query_async(&mut conn).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let by_source = request.call(By::Source).into_cmd();
+                let by_source = request.call(by.source()).into_cmd();
                 by_source.query_async(&mut conn).await
             }
             other => other,

@@ -27,6 +27,10 @@ pub(crate) trait Listener: Send + Sync + 'static {
     fn subscribed(&self, channel: &str);
     /// The connection is down: no release reaches us until it is back.
     fn disconnected(&self);
+    /// `channel` alone is no longer subscribed (on a cluster: its slot moved to another node);
+    /// until it is subscribed again, releases on it do not reach us.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    fn unheard(&self, channel: &str);
     /// A message arrived on `channel`.
     fn message(&self, channel: &str, payload: &[u8]);
     /// Channels without waiters for a while: they are unsubscribed and forgotten.
@@ -50,6 +54,14 @@ impl Subscriber {
 /// The task's end of the [`Subscriber`]'s requests.
 #[derive(Debug)]
 pub(crate) struct Requests(mpsc::UnboundedReceiver<String>);
+
+impl Requests {
+    /// The receiving end, for a subscription task.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn into_inner(self) -> mpsc::UnboundedReceiver<String> {
+        self.0
+    }
+}
 
 /// A subscriber and the requests it sends, to be handed to the task.
 pub(crate) fn channel() -> (Subscriber, Requests) {

@@ -367,6 +367,10 @@ impl Listener for Shared {
         self.set(None, SubState::Down);
     }
 
+    fn unheard(&self, channel: &str) {
+        self.set(Some(&[channel.to_owned()]), SubState::Down);
+    }
+
     fn message(&self, channel: &str, payload: &[u8]) {
         let Some(channel) = self.channels().get(channel).cloned() else {
             return;

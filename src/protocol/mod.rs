@@ -111,6 +111,12 @@ pub(crate) enum Claim {
 }
 
 impl Claim {
+    /// Whether an acquisition with this claim may run twice with the effect of once: a fresh
+    /// owner's second run finds its hold and returns it. A carried owner's would add a hold.
+    pub(crate) fn repeats_safely(self) -> bool {
+        matches!(self, Self::New | Self::Queued { fresh: true })
+    }
+
     pub(crate) fn code(self) -> &'static str {
         match self {
             Self::New => "new",

@@ -32,6 +32,9 @@ impl Request for Acquire<'_> {
             .arg(self.lease_ms)
             .arg(self.fence_ttl_ms)
             .arg(self.claim.code());
+        if self.claim.repeats_safely() {
+            call.repeatable();
+        }
         call
     }
 

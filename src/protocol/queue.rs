@@ -72,6 +72,9 @@ impl Request for Acquire<'_> {
             .arg(&self.keys.wake)
             .arg(self.claim.code())
             .arg(self.client);
+        if self.claim.repeats_safely() {
+            call.repeatable();
+        }
         call
     }
 

@@ -4,53 +4,77 @@
 
 use std::sync::LazyLock;
 
+#[cfg(test)]
+use crate::backend::Publish;
 use crate::backend::Script;
 
 /// The key-layout version these scripts read and write (the `v1` of `lua/v1/`).
 #[cfg(test)]
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 
+/// A script: a prelude that names the publish command, then its files in order (a library
+/// first where it has one: `keys_lib.lua` recognises foreign data, `queue_lib.lua` is the queue
+/// machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for Redis Cluster. A script
+/// marked `once` changes hold counts: its cluster form runs its files as `main` through
+/// `once_lib.lua`, once per request id.
 macro_rules! script {
-    ($name:ident, $file:literal) => {
-        pub(crate) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!(concat!("../../lua/v1/", $file))));
-    };
-}
-
-/// A script that recognises foreign data: `lua/v1/keys_lib.lua` followed by its own file.
-macro_rules! checking_script {
-    ($name:ident, $file:literal) => {
+    ($name:ident, $($file:literal),+) => {
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("../../lua/v1/keys_lib.lua"),
-                include_str!(concat!("../../lua/v1/", $file))
-            ))
+            Script::new(
+                concat!(
+                    "local PUBLISH = 'PUBLISH'\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+
+                ),
+                concat!(
+                    "local PUBLISH = 'SPUBLISH'\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+
+                ),
+                false,
+            )
+        });
+    };
+    (once $name:ident, $($file:literal),+) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(
+                concat!(
+                    "local PUBLISH = 'PUBLISH'\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+
+                ),
+                concat!(
+                    "local PUBLISH = 'SPUBLISH'\nlocal function main()\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+,
+                    "end\n",
+                    include_str!("../../lua/v1/once_lib.lua"),
+                ),
+                true,
+            )
         });
     };
 }
 
-/// A queue script: `lua/v1/keys_lib.lua`, `lua/v1/queue_lib.lua`, then the operation's own
-/// file.
-macro_rules! queue_script {
-    ($name:ident, $file:literal) => {
-        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("../../lua/v1/keys_lib.lua"),
-                include_str!("../../lua/v1/queue_lib.lua"),
-                include_str!(concat!("../../lua/v1/", $file))
-            ))
-        });
-    };
-}
-
-script!(MUTEX_ACQUIRE, "mutex_acquire.lua");
-script!(MUTEX_RELEASE, "mutex_release.lua");
+script!(once MUTEX_ACQUIRE, "mutex_acquire.lua");
+script!(once MUTEX_RELEASE, "mutex_release.lua");
 script!(MUTEX_EXTEND, "mutex_extend.lua");
-queue_script!(QUEUE_ACQUIRE, "queue_acquire.lua");
-queue_script!(QUEUE_RELEASE, "queue_release.lua");
-queue_script!(QUEUE_EXTEND, "queue_extend.lua");
-checking_script!(INSPECT, "inspect.lua");
-checking_script!(FORCE_UNLOCK, "force_unlock.lua");
+script!(
+    once QUEUE_ACQUIRE,
+    "keys_lib.lua",
+    "queue_lib.lua",
+    "queue_acquire.lua"
+);
+script!(
+    once QUEUE_RELEASE,
+    "keys_lib.lua",
+    "queue_lib.lua",
+    "queue_release.lua"
+);
+script!(
+    QUEUE_EXTEND,
+    "keys_lib.lua",
+    "queue_lib.lua",
+    "queue_extend.lua"
+);
+script!(INSPECT, "keys_lib.lua", "inspect.lua");
+script!(FORCE_UNLOCK, "keys_lib.lua", "force_unlock.lua");
 
 /// Every script, for a connection to load when it is made.
 pub(crate) fn all() -> Vec<&'static Script> {
@@ -77,17 +101,50 @@ mod tests {
     #[test]
     fn script_hashes_are_pinned() {
         let pins = [
-            (&*MUTEX_ACQUIRE, "cd8f49ed5949b25c35f46f5d6a36ba7d9371d46e"),
-            (&*MUTEX_RELEASE, "112365a4fce6f963802c944416e2695c16202fac"),
-            (&*MUTEX_EXTEND, "ad94e925979a80afea80c0dcb190487a5bf05e4b"),
-            (&*QUEUE_ACQUIRE, "85281b2aa8292e8cd9ffad189c52131d766a1449"),
-            (&*QUEUE_RELEASE, "05086d46161a8dd215165f55a45e960355ec3c1e"),
-            (&*QUEUE_EXTEND, "50ea714ea7fe02d25937f6c3495ac6912271ad72"),
-            (&*INSPECT, "c3c6e4fa023569a2e60dbfa4ce29244fa9d2dd90"),
-            (&*FORCE_UNLOCK, "616c529b713bec3ed4b915003050d1ec86e19752"),
+            (
+                &*MUTEX_ACQUIRE,
+                "6c85878a9ac1d3bd24d8951602f834af9a5e662b",
+                "7ae6bbdb6571db241cee5c354d7026e3d1b1aba9",
+            ),
+            (
+                &*MUTEX_RELEASE,
+                "af688937956e50a635b8eb4bb5f32b1583d9df7a",
+                "655bc034777f5bf5aadfa564f6e57222ce57bcb6",
+            ),
+            (
+                &*MUTEX_EXTEND,
+                "90a36e9863f2cc962a72e1f1d89df945fbd7e0a1",
+                "4c8fb1c3d1a8a6ac599f8a2d0ace651ba835a09f",
+            ),
+            (
+                &*QUEUE_ACQUIRE,
+                "0ba9552a6b1b0f8952a3593b9e75ef864edec099",
+                "f8683247a5ffc45a0a5a5a687753239e11e37917",
+            ),
+            (
+                &*QUEUE_RELEASE,
+                "e753301047239e1ff7230a2cc4c6e55e29a4ea0b",
+                "bc37538f2ba362a90263d619a092b7a89b670e56",
+            ),
+            (
+                &*QUEUE_EXTEND,
+                "17fa767f17b731f994dfbede74544dd3aec352d2",
+                "6b1f8751c1b762168f99f2cd24f48e3fe2a91150",
+            ),
+            (
+                &*INSPECT,
+                "0fbb7ccf4803f4ded57548f7f332a53ab598c4b8",
+                "5666e8a306df75b2921474f0816129a46d81c0bc",
+            ),
+            (
+                &*FORCE_UNLOCK,
+                "fe8cad711a8fcbb2bdff38ee44934798f5c8cd93",
+                "2d7659df8ebcb7b034656e825f78a78e2abe169b",
+            ),
         ];
-        for (script, sha) in pins {
-            assert_eq!(script.hash(), sha);
+        for (script, plain, sharded) in pins {
+            assert_eq!(script.hash(Publish::Plain), plain);
+            assert_eq!(script.hash(Publish::Sharded), sharded);
         }
     }
 
@@ -123,6 +180,7 @@ mod tests {
                 include_str!("../../lua/v1/queue_extend.lua"),
             ),
             ("inspect", include_str!("../../lua/v1/inspect.lua")),
+            ("once_lib", include_str!("../../lua/v1/once_lib.lua")),
             (
                 "force_unlock",
                 include_str!("../../lua/v1/force_unlock.lua"),

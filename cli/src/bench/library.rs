@@ -68,9 +68,10 @@ impl std::fmt::Debug for Entry {
     }
 }
 
-struct Redlatch {
-    client: LockClient,
-    primitive: Primitive,
+/// A redlatch client running one primitive.
+pub(crate) struct Redlatch {
+    pub(crate) client: LockClient,
+    pub(crate) primitive: Primitive,
 }
 
 /// A redlatch client on its own pool.

@@ -11,6 +11,7 @@
 //! commands a library's scripts run inside Redis and the measurement's own `INFO`.
 
 mod chart;
+mod cluster;
 mod library;
 mod plan;
 mod report;
@@ -25,6 +26,7 @@ pub use redlatch_harness::measure::{AnyResult, BoxFut, given_server_note};
 use redlatch_harness::measure::{cleanup, cpu_steal, raw_cycles};
 use serde_json::{Value, json};
 
+pub use cluster::{redlatch_cluster_client, redlatch_cluster_entries, redlatch_cluster_entry};
 pub use library::{
     Connect, Contender, Entry, Hold, Library, Primitive, redlatch_client, redlatch_entries,
     redlatch_entry,
@@ -35,7 +37,7 @@ pub use report::Record;
 use chart::chart;
 use plan::Job;
 use report::{machine, median_record, print_table};
-use scenarios::{contended, handoff, idle, semaphore, uncontended, watchdog};
+use scenarios::{contended, handoff, idle, latency, semaphore, uncontended, watchdog};
 
 /// Everything a run needs.
 #[derive(Debug)]
@@ -55,6 +57,9 @@ pub struct Bench {
     /// Whether the server is one the tool started for this run (`"server": "own"` in the JSON)
     /// or one it was given (`"given"`).
     pub own_server: bool,
+    /// The cluster scenario's seeds and entries, when it runs: the same figures on a Redis
+    /// Cluster, in the same run.
+    pub cluster: Option<(Vec<String>, Vec<Entry>)>,
 }
 
 impl Bench {
@@ -87,6 +92,17 @@ impl Bench {
         }
         jobs.extend(self.entries.iter().map(Job::Idle));
         jobs.extend([Job::Semaphore, Job::Watchdog]);
+        if let Some((_, cluster)) = &self.cluster {
+            jobs.extend(self.entries.iter().take(1).map(Job::Latency));
+            jobs.extend(cluster.iter().take(1).map(Job::Latency));
+            jobs.extend(cluster.iter().map(Job::Handoff));
+            jobs.extend(
+                cluster
+                    .iter()
+                    .filter(|e| e.name == "redlatch-fair-cluster")
+                    .map(|e| Job::ClusterContended(e, 16)),
+            );
+        }
         jobs
     }
 
@@ -137,6 +153,7 @@ impl Bench {
             .map(|((s0, t0), (s1, t1))| 100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
         let machine = machine(&mut conn).await;
         print_table(&records);
+        let cluster = cluster::summary(&records);
         println!(
             "{} mode, {:.0} s, {} server; raw EVALSHA acquire+release, {raw_tasks} tasks: \
              {raw_cycles_per_s:.0} cycles/s",
@@ -156,6 +173,7 @@ impl Bench {
             "raw_tasks": raw_tasks,
             "steal_pct": steal_pct,
             "machine": machine,
+            "cluster": cluster,
             "records": records.iter().map(Record::json).collect::<Vec<_>>(),
         });
         std::fs::create_dir_all(&self.out_dir)?;
@@ -206,6 +224,13 @@ impl Bench {
                     Job::Idle(entry) => idle(entry, conn, plan).await,
                     Job::Semaphore => semaphore(&semaphore_entry, conn, 64, plan).await,
                     Job::Watchdog => watchdog(&self.url, &self.prefix, conn, plan).await,
+                    Job::Latency(entry) => latency(entry, plan.phase).await,
+                    Job::ClusterContended(entry, tasks) => match &self.cluster {
+                        Some((seeds, _)) => {
+                            cluster::contended(entry, seeds, &self.prefix, tasks, plan).await
+                        }
+                        None => Err("no cluster".into()),
+                    },
                 };
                 let record = match record {
                     Ok(record) => record,

@@ -114,6 +114,10 @@ pub(crate) enum Job<'a> {
     Idle(&'a Entry),
     Semaphore,
     Watchdog,
+    /// One task's acquire + release latency.
+    Latency(&'a Entry),
+    /// Tasks of one client on one name of the cluster.
+    ClusterContended(&'a Entry, usize),
 }
 
 impl Job<'_> {
@@ -130,6 +134,8 @@ impl Job<'_> {
             Job::Idle(e) => format!("idle waiters: {}", e.name),
             Job::Semaphore => "semaphore: 8 permits, 64 tasks".to_owned(),
             Job::Watchdog => format!("watchdog: {} guards", plan.watchdog_guards),
+            Job::Latency(e) => format!("latency: {}", e.name),
+            Job::ClusterContended(e, tasks) => format!("contended: {} x{tasks}", e.name),
         }
     }
 }

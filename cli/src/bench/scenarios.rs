@@ -40,6 +40,38 @@ pub(crate) async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) ->
     })
 }
 
+/// One task on one name: lock and release, one after the other, for a phase; the figure is the
+/// latency of a whole cycle (acquire + release), median and 99th percentile.
+pub(crate) async fn latency(entry: &Entry, phase: Duration) -> AnyResult<Record> {
+    let lib = (entry.connect)().await?;
+    let contender = lib
+        .contender(&format!("l{}", fastrand::u32(..)), None)
+        .await?;
+    // Warm up: connections, subscription, script caches.
+    for _ in 0..20 {
+        contender.lock().await?.release().await?;
+    }
+    let mut cycles = hdrhistogram::Histogram::<u64>::new(3)?;
+    let started = Instant::now();
+    while started.elapsed() < phase {
+        let at = Instant::now();
+        contender.lock().await?.release().await?;
+        cycles.record(u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Record {
+        scenario: "latency",
+        library: entry.name,
+        tasks: 1,
+        ops_per_s: cycles.len() as f64 / seconds,
+        p50_us: Some(cycles.value_at_quantile(0.5) as f64),
+        p99_us: Some(cycles.value_at_quantile(0.99) as f64),
+        max_us: Some(cycles.max() as f64),
+        samples: Some(cycles.len() as f64),
+        ..Record::default()
+    })
+}
+
 /// One holder and one waiter, in two clients, taking turns. The holder waits until the other
 /// task is inside `lock()`, holds a random `hold` more (1 to 5 ms by default), and releases;
 /// the sample is the time from the start of the release to the waiter's `lock()` returning.

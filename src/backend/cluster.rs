@@ -1,0 +1,329 @@
+//! Redis Cluster: requests routed by the hash slot of their first key (every key of a name
+//! shares one hash tag, so every script touches one slot), and wake-ups by sharded pub/sub.
+//!
+//! Requests go over one `ClusterConnection` (one multiplexed connection per node, kept and
+//! re-made by redis-rs), which follows `MOVED` and `ASK` redirects and waits out `TRYAGAIN`
+//! while a slot migrates. Scripts are the `SPUBLISH` form; a node that does not have one cached
+//! (a new master after a failover) is sent its source.
+//!
+//! The subscription `SSUBSCRIBE`s each wanted channel on the node that owns its slot. A node
+//! unsubscribes a channel by itself when its slot moves away: that channel's waiters are woken
+//! (their next script call follows the redirect) and the channel is subscribed again, now on the
+//! new owner. A lost connection to any node wakes every waiter, and every wanted channel is
+//! subscribed again.
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, PushInfo, PushKind, ServerErrorKind, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::Request;
+use super::script::{By, Publish, Script};
+use super::subscription::{Listener, Requests};
+use crate::error::Result;
+
+/// How often channels without waiters are looked for, to be unsubscribed.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// How long after a failed subscription it is tried again.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(50);
+
+/// The number of hash slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// The hash slot of `key`: of the part between the first `{` and the next `}` when it is not
+/// empty, else of the whole key.
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(bytes)) % SLOTS
+}
+
+/// Where the cluster connection comes from.
+pub(crate) enum Source {
+    /// A client of our own.
+    Client(Box<ClusterClient>),
+    /// The caller's deadpool pool (one connection taken from it for good).
+    Pool(deadpool_redis::cluster::Pool),
+}
+
+/// One cluster connection, made on first use (and again after an unrecoverable failure), with
+/// every script loaded on every node.
+pub(crate) struct Connector {
+    source: Source,
+    scripts: Vec<&'static Script>,
+    conn: StdMutex<Option<ClusterConnection>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match self.source {
+            Source::Client(_) => "client",
+            Source::Pool(_) => "pool",
+        };
+        f.debug_struct("Connector")
+            .field("source", &source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    pub(crate) fn new(source: Source, scripts: Vec<&'static Script>) -> Arc<Self> {
+        Arc::new(Self {
+            source,
+            scripts,
+            conn: StdMutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn cached(&self) -> Option<ClusterConnection> {
+        self.conn.lock().ok().and_then(|c| c.clone())
+    }
+
+    fn forget(&self) {
+        if let Ok(mut slot) = self.conn.lock() {
+            slot.take();
+        }
+    }
+
+    async fn get(&self) -> Result<ClusterConnection> {
+        if let Some(conn) = self.cached() {
+            return Ok(conn);
+        }
+        let _single_flight = self.connecting.lock().await;
+        if let Some(conn) = self.cached() {
+            return Ok(conn);
+        }
+        let mut conn = match &self.source {
+            Source::Client(client) => client.get_async_connection().await?,
+            Source::Pool(pool) => {
+                deadpool_redis::cluster::Connection::take(Box::pin(pool.get()).await?)
+            }
+        };
+        // `SCRIPT LOAD` goes to every node. A failed load costs nothing: a call by hash falls
+        // back to the source.
+        for script in &self.scripts {
+            let _: redis::RedisResult<Value> =
+                script.load(Publish::Sharded).query_async(&mut conn).await;
+        }
+        if let Ok(mut slot) = self.conn.lock() {
+            *slot = Some(conn.clone());
+        }
+        Ok(conn)
+    }
+}
+
+/// The requests side of a cluster.
+#[derive(Debug)]
+pub(crate) struct Node {
+    connector: Arc<Connector>,
+}
+
+impl Node {
+    pub(crate) fn new(connector: Arc<Connector>) -> Self {
+        Self { connector }
+    }
+
+    /// Runs a script by its SHA1, or by its source on a node that does not have it cached, and
+    /// returns its raw reply.
+    pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
+        let mut conn = self.connector.get().await?;
+        let by = By::hash(Publish::Sharded);
+        let reply = match request.call(by).into_cmd().query_async(&mut conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                request
+                    .call(by.source())
+                    .into_cmd()
+                    .query_async(&mut conn)
+                    .await
+            }
+            other => other,
+        };
+        reply.map_err(|err| {
+            if err.is_unrecoverable_error() {
+                self.connector.forget();
+            }
+            err.into()
+        })
+    }
+}
+
+/// Runs the sharded subscription over `connector`'s connection, whose client sends its pushes
+/// to `pushes`, until `shutdown`'s sender is dropped.
+pub(crate) fn spawn_subscription(
+    connector: Arc<Connector>,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    listener: Arc<dyn Listener>,
+    requests: Requests,
+    shutdown: watch::Receiver<()>,
+) {
+    tokio::spawn(run(connector, pushes, listener, requests, shutdown));
+}
+
+/// What the cluster client does with each push: a wake-up message goes straight to `listener`
+/// (from redis-rs's own task, with no hop through ours: a hand-over's latency is the path of its
+/// message); everything else (confirmations, unsolicited unsubscribes, lost connections) goes to
+/// the subscription task through `rest`.
+pub(crate) fn push_sender(
+    listener: Arc<dyn Listener>,
+    rest: mpsc::UnboundedSender<PushInfo>,
+) -> impl Fn(PushInfo) -> std::result::Result<(), ()> + Send + Sync + 'static {
+    move |push: PushInfo| {
+        if push.kind == PushKind::SMessage
+            && let (Some(channel), Some(Value::BulkString(payload))) =
+                (text(push.data.first()), push.data.get(1))
+        {
+            listener.message(&channel, payload);
+            return Ok(());
+        }
+        rest.send(push).map_err(|_| ())
+    }
+}
+
+fn text(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Subscribes `channel` in the background; a failure sends it to `again` after a short wait.
+fn subscribe(
+    conn: &ClusterConnection,
+    channel: String,
+    listener: &Arc<dyn Listener>,
+    again: &mpsc::UnboundedSender<String>,
+) {
+    let mut conn = conn.clone();
+    let listener = Arc::clone(listener);
+    let again = again.clone();
+    tokio::spawn(async move {
+        match conn.ssubscribe(&channel).await {
+            Ok(()) => listener.subscribed(&channel),
+            Err(err) => {
+                tracing::debug!(%channel, error = %err, "sharded subscription failed, retrying");
+                tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                let _ = again.send(channel);
+            }
+        }
+    });
+}
+
+async fn run(
+    connector: Arc<Connector>,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    listener: Arc<dyn Listener>,
+    requests: Requests,
+    mut shutdown: watch::Receiver<()>,
+) {
+    let mut requests = requests.into_inner();
+    let (again, mut retries) = mpsc::unbounded_channel::<String>();
+    let mut retry = Duration::from_millis(10);
+    loop {
+        let conn = tokio::select! {
+            _ = shutdown.changed() => return,
+            conn = connector.get() => conn,
+        };
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::debug!(error = %err, "cluster unavailable, waiters poll");
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        // Every wanted channel, one at a time: channels of different slots cannot share a
+        // command.
+        let names = listener.channels();
+        let subscribed = futures_util::future::join_all(names.iter().map(|name| {
+            let mut conn = conn.clone();
+            async move { conn.ssubscribe(name).await }
+        }));
+        let subscribed = tokio::select! {
+            _ = shutdown.changed() => return,
+            all = subscribed => all.into_iter().all(|r| r.is_ok()),
+        };
+        if !subscribed {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(retry) => {}
+            }
+            retry = (retry * 2).min(Duration::from_secs(1));
+            continue;
+        }
+        retry = Duration::from_millis(10);
+        listener.connected(&names);
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                push = pushes.recv() => {
+                    let Some(push) = push else { return };
+                    let channel = text(push.data.first());
+                    match (push.kind, channel) {
+                        (PushKind::SSubscribe, Some(channel)) => listener.subscribed(&channel),
+                        (PushKind::SUnsubscribe, Some(channel)) if listener.wants(&channel) => {
+                            // The node gave the channel up: its slot moved. Whatever was
+                            // released meanwhile went unheard.
+                            listener.unheard(&channel);
+                            subscribe(&conn, channel, &listener, &again);
+                        }
+                        (PushKind::Disconnection, _) => break,
+                        _ => {}
+                    }
+                }
+                name = requests.recv() => {
+                    let Some(name) = name else { return };
+                    if listener.wants(&name) {
+                        subscribe(&conn, name, &listener, &again);
+                    }
+                }
+                Some(name) = retries.recv() => {
+                    if listener.wants(&name) {
+                        subscribe(&conn, name, &listener, &again);
+                    }
+                }
+                _ = sweep.tick() => {
+                    for name in listener.idle() {
+                        let mut conn = conn.clone();
+                        tokio::spawn(async move {
+                            let _ = conn.sunsubscribe(&name).await;
+                        });
+                    }
+                }
+            }
+        }
+        tracing::debug!("a cluster node's connection was lost, waiters poll until it is back");
+        listener.disconnected();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_those_of_the_hash_tag() {
+        // Values from `CLUSTER KEYSLOT` of Redis 7.0.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        assert_eq!(slot("redlatch:{orders:42}:wake"), slot("orders:42"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_ne!(slot("{}x"), slot("x"));
+    }
+}

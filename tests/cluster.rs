@@ -1,0 +1,579 @@
+//! Every primitive on a Redis Cluster of three masters started for the test, with names on
+//! every master; a slot moved while a lock is held and waited for; a master failed over to its
+//! replica while locks are held and waited for.
+#![cfg(feature = "cluster")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::cluster::ClusterClientBuilder;
+use redlatch::{Error, LockClient};
+use redlatch_harness::cluster::{RedisCluster, slot};
+use redlatch_harness::proxy::Proxy;
+use support::{unique, until, within};
+use tokio::sync::Mutex as LocalMutex;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A cluster for one test and redlatch clients of it, under a prefix of the test's own.
+struct TestCluster {
+    cluster: RedisCluster,
+    prefix: String,
+}
+
+impl TestCluster {
+    fn start(replicas: usize) -> Self {
+        Self {
+            cluster: RedisCluster::start(3, replicas),
+            prefix: unique("rl-cluster"),
+        }
+    }
+
+    fn builder(&self) -> redlatch::LockClientBuilder {
+        LockClient::cluster_builder(ClusterClientBuilder::new(self.cluster.urls()))
+            .key_prefix(&self.prefix)
+    }
+
+    /// A client of its own: a stand-in for another process.
+    fn client(&self) -> LockClient {
+        self.builder().build().expect("cluster client")
+    }
+
+    fn lock_key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}", self.prefix)
+    }
+
+    /// One name on each master, in master order.
+    fn names_on_every_master(&self, stem: &str) -> Vec<String> {
+        let mut names = vec![None; self.cluster.masters()];
+        for i in 0.. {
+            let name = format!("{stem}-{i}");
+            let owner = self
+                .cluster
+                .owner(slot(&self.lock_key(&name)))
+                .expect("owner");
+            if names[owner].is_none() {
+                names[owner] = Some(name);
+            }
+            if names.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        names.into_iter().flatten().collect()
+    }
+
+    /// A connection to the master serving `key`, for the test's own reads and writes.
+    async fn conn_for(&self, key: &str) -> redis::aio::MultiplexedConnection {
+        let url = self.cluster.owner_url(key).expect("owner");
+        redis::Client::open(url)
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection")
+    }
+
+    /// Keys of this test left on any master, but fencing counters (which outlive locks on
+    /// purpose) and request logs (which expire 10 s after they were made).
+    fn leftovers(&self) -> Vec<String> {
+        self.cluster
+            .keys_matching(&format!("{}:*", self.prefix))
+            .expect("keys")
+            .into_iter()
+            .filter(|k| !k.ends_with(":fence") && !k.ends_with(":once"))
+            .collect()
+    }
+}
+
+fn no_overlap(intervals: &mut [(Duration, Duration)]) {
+    intervals.sort();
+    for pair in intervals.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "holder intervals overlap: {:?} and {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// 4 clients × 4 tasks × `sections` non-atomic increments of a counter beside `name` (same
+/// hash tag), under a mutex (re-entered `depth` deep) or a fair mutex.
+async fn count_under(
+    t: &TestCluster,
+    clients: &[LockClient],
+    name: &str,
+    fair: bool,
+    depth: usize,
+) {
+    const SECTIONS: usize = 40;
+    let counter = format!("{}:{{{name}}}:counter", t.prefix);
+    let intervals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let epoch = Instant::now();
+    let mut tasks = Vec::new();
+    for client in clients {
+        for _ in 0..4 {
+            let mutex = client.mutex(name).unwrap();
+            let fair_mutex = client.fair_mutex(name).unwrap();
+            let mut conn = t.conn_for(&counter).await;
+            let counter = counter.clone();
+            let intervals = Arc::clone(&intervals);
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..SECTIONS {
+                    let outer = if fair {
+                        fair_mutex.lock().await.unwrap()
+                    } else {
+                        mutex.lock().await.unwrap()
+                    };
+                    let mut nested = Vec::new();
+                    for _ in 1..depth {
+                        let last = nested.last().unwrap_or(&outer);
+                        let g = last.reenter().await.unwrap();
+                        nested.push(g);
+                    }
+                    let start = epoch.elapsed();
+                    support::racy_increment(&mut conn, &counter).await;
+                    intervals.lock().unwrap().push((start, epoch.elapsed()));
+                    while let Some(g) = nested.pop() {
+                        g.unlock().await.unwrap();
+                    }
+                    outer.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut conn = t.conn_for(&counter).await;
+    let total: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(total, (clients.len() * 4 * SECTIONS) as u64, "{name}");
+    let _: () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    no_overlap(&mut intervals.lock().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutexes_count_exactly_on_every_master() {
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| t.client()).collect();
+        let names = t.names_on_every_master("count");
+        assert_eq!(names.len(), 3);
+        let owners: Vec<usize> = names
+            .iter()
+            .map(|n| t.cluster.owner(slot(&t.lock_key(n))).unwrap())
+            .collect();
+        assert_eq!(owners, vec![0, 1, 2], "one name per master");
+        let runs = names.iter().enumerate().map(|(i, name)| {
+            let (t, clients) = (&t, &clients);
+            async move {
+                // Master 0: a plain mutex; 1: re-entered twice more; 2: the fair mutex.
+                count_under(t, clients, name, i == 2, if i == 1 { 3 } else { 1 }).await;
+            }
+        });
+        futures_util::future::join_all(runs).await;
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+        // The request logs of the names expire on their own, within 10 s.
+        let logs: Vec<String> = t
+            .cluster
+            .keys_matching(&format!("{}:*:once", t.prefix))
+            .unwrap();
+        assert_eq!(logs.len(), 3, "{logs:?}");
+        for log in logs {
+            let mut conn = t.conn_for(&log).await;
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&log)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!((1..=10_000).contains(&ttl), "{log}: {ttl} ms");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_are_served_in_order_on_every_master() {
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| t.client()).collect();
+        for name in t.names_on_every_master("order") {
+            let holder = clients[0].fair_mutex(&name).unwrap().lock().await.unwrap();
+            let order = Arc::new(LocalMutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for i in 0..8 {
+                let mutex = clients[i % 4].fair_mutex(&name).unwrap();
+                let order = Arc::clone(&order);
+                tasks.push(tokio::spawn(async move {
+                    let guard = mutex.lock().await.unwrap();
+                    order.lock().await.push(i);
+                    guard.unlock().await.unwrap();
+                }));
+                until(|| async { clients[0].inspect(&name).await.unwrap().waiters.len() == i + 1 })
+                    .await;
+            }
+            holder.unlock().await.unwrap();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            assert_eq!(*order.lock().await, (0..8).collect::<Vec<_>>(), "{name}");
+        }
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_keep_their_bounds_on_every_master() {
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| t.client()).collect();
+        for name in t.names_on_every_master("bounds") {
+            // A semaphore of 3 under 16 tasks: never more than 3 holders, and 3 reached.
+            let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut tasks = Vec::new();
+            for (c, client) in clients.iter().enumerate() {
+                for _ in 0..4 {
+                    let sem = client.semaphore(&format!("{name}-sem"), 3).unwrap();
+                    let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+                    tasks.push(tokio::spawn(async move {
+                        for _ in 0..15 {
+                            let permit = sem.acquire().await.unwrap();
+                            let now = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                            most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(1 + c as u64)).await;
+                            inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            permit.release().await.unwrap();
+                        }
+                    }));
+                }
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+            assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3, "{name}");
+            let sem = clients[0].semaphore(&format!("{name}-sem"), 3).unwrap();
+            assert_eq!(sem.available_permits().await.unwrap(), 3);
+
+            // An RwLock: writers overlap nobody.
+            let epoch = Instant::now();
+            let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for (c, client) in clients.iter().enumerate() {
+                for k in 0..3 {
+                    let lock = client.rwlock(&format!("{name}-rw")).unwrap();
+                    let log = Arc::clone(&log);
+                    let writer = k == 0;
+                    tasks.push(tokio::spawn(async move {
+                        for _ in 0..10 {
+                            if writer {
+                                let g = lock.write().await.unwrap();
+                                let start = epoch.elapsed();
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                log.lock().unwrap().push((true, start, epoch.elapsed()));
+                                g.unlock().await.unwrap();
+                            } else {
+                                let g = lock.read().await.unwrap();
+                                let start = epoch.elapsed();
+                                tokio::time::sleep(Duration::from_millis(1 + c as u64)).await;
+                                log.lock().unwrap().push((false, start, epoch.elapsed()));
+                                g.unlock().await.unwrap();
+                            }
+                        }
+                    }));
+                }
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+            let log = log.lock().unwrap().clone();
+            for (i, a) in log.iter().enumerate() {
+                for b in log.iter().skip(i + 1) {
+                    if a.0 || b.0 {
+                        assert!(a.2 <= b.1 || b.2 <= a.1, "writer overlap: {a:?} {b:?}");
+                    }
+                }
+            }
+        }
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_force_unlock_work_on_a_cluster() {
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let client = t.client();
+        for name in t.names_on_every_master("admin") {
+            let guard = client.fair_mutex(&name).unwrap().lock().await.unwrap();
+            let snapshot = client.inspect(&name).await.unwrap();
+            assert_eq!(snapshot.holders.len(), 1);
+            assert_eq!(snapshot.last_fencing_token, Some(guard.fencing_token()));
+            let forced = client.force_unlock(&name).await.unwrap();
+            assert_eq!(forced.holders, 1);
+            tokio::time::timeout(Duration::from_secs(15), guard.lost())
+                .await
+                .expect("the forced guard learns it lost the lock");
+            assert!(client.inspect(&name).await.unwrap().holders.is_empty());
+        }
+        // A handle on a name with braces is refused before anything is sent.
+        assert!(matches!(
+            client.mutex("a{b}"),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+    })
+    .await;
+}
+
+/// A slot holding a held lock and queued waiters moves to another master: the holder keeps
+/// its lease (renewed on the new owner), the waiters are woken and acquire there, one at a
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_slot_keeps_its_holder_and_wakes_its_waiters() {
+    let t = TestCluster::start(0);
+    let lease = Duration::from_millis(1500);
+    let clients: Vec<_> = (0..3)
+        .map(|_| t.builder().default_lease(lease).build().unwrap())
+        .collect();
+    let name = t.names_on_every_master("moving").remove(0);
+    let key = t.lock_key(&name);
+    let runtime = tokio::runtime::Handle::current();
+    within(LIMIT, async {
+        let holder = clients[0].fair_mutex(&name).unwrap().lock().await.unwrap();
+        let plain_holder = clients[0]
+            .mutex(&format!("{name}:plain"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let epoch = Instant::now();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let fair = clients[1 + i % 2].fair_mutex(&name).unwrap();
+            let plain = clients[1 + i % 2].mutex(&format!("{name}:plain")).unwrap();
+            let log = Arc::clone(&log);
+            tasks.push(tokio::spawn(async move {
+                let g = fair.lock().await.unwrap();
+                let start = epoch.elapsed();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                log.lock().unwrap().push((start, epoch.elapsed()));
+                g.unlock().await.unwrap();
+                let g = plain.lock().await.unwrap();
+                g.unlock().await.unwrap();
+            }));
+        }
+        until(|| async { clients[0].inspect(&name).await.unwrap().waiters.len() == 4 }).await;
+        // The whole move runs on a blocking thread. The slot stays marked migrating for a
+        // third of the lease before its keys move, so renewals fall into the move: a script
+        // whose keys do not all exist there is answered `TRYAGAIN` until the keys have moved
+        // (redis-rs retries it), then `MOVED`.
+        let cluster = &t.cluster;
+        let target = (cluster.owner(slot(&key)).unwrap() + 1) % 3;
+        tokio::task::block_in_place(|| {
+            cluster
+                .migrate(slot(&key), target, || {
+                    runtime.block_on(tokio::time::sleep(lease / 3));
+                })
+                .unwrap();
+        });
+        assert_eq!(cluster.owner(slot(&key)).unwrap(), target);
+        // A lease after the move, the holds are still held: renewed on the new owner.
+        tokio::time::sleep(lease).await;
+        assert!(
+            holder.is_held(),
+            "the fair holder kept its hold through the move"
+        );
+        assert!(
+            plain_holder.is_held(),
+            "the mutex holder kept its hold through the move"
+        );
+        let holder_end = epoch.elapsed();
+        holder.unlock().await.unwrap();
+        plain_holder.unlock().await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let mut log = log.lock().unwrap().clone();
+        assert_eq!(log.len(), 4);
+        assert!(log.iter().all(|(start, _)| *start >= holder_end));
+        no_overlap(&mut log);
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+    })
+    .await;
+}
+
+/// A master fails over to its replica while locks are held and waited for: the waiters go on
+/// within the failover and a second, holders whose hold did not survive learn it, and new locks
+/// work without a new client. No redirect error reaches a caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_replica_keeps_waiters_going() {
+    let mut t = TestCluster::start(1);
+    // Longer than a failover (about 2 to 3 s here), so renewals that cannot reach the failed
+    // master in the meantime do not give the holds up.
+    let lease = Duration::from_secs(10);
+    let clients: Vec<_> = (0..2)
+        .map(|_| t.builder().default_lease(lease).build().unwrap())
+        .collect();
+    let name = t.names_on_every_master("failing").remove(0);
+    let key = t.lock_key(&name);
+    let master = t.cluster.owner(slot(&key)).unwrap();
+    // A hold and its waiter on the master that fails, and a hold on another master.
+    let holder = clients[0].fair_mutex(&name).unwrap().lock().await.unwrap();
+    let other = t.names_on_every_master("elsewhere").remove(1);
+    let other_holder = clients[0].mutex(&other).unwrap().lock().await.unwrap();
+    let waiter = {
+        let fair = clients[1].fair_mutex(&name).unwrap();
+        tokio::spawn(async move {
+            let g = fair.lock_timeout(Duration::from_secs(60)).await?;
+            let at = Instant::now();
+            g.unlock().await?;
+            Ok::<_, Error>(at)
+        })
+    };
+    until(|| async { clients[0].inspect(&name).await.unwrap().waiters.len() == 1 }).await;
+    // Replication is asynchronous, but the hold and the queue place were written well before
+    // the kill: the replica has them.
+    let (promoted, took) = tokio::task::block_in_place(|| t.cluster.fail_over(master)).unwrap();
+    assert_ne!(promoted, master);
+    let settled = Instant::now();
+    within(LIMIT, async {
+        // The hold and the queue place were written well before the kill and replicated: the
+        // holder still holds on the new master, and its release hands the lock to the waiter.
+        assert!(holder.is_held(), "the hold survived the failover");
+        holder.unlock().await.unwrap();
+        let acquired = waiter
+            .await
+            .unwrap()
+            .expect("the waiter acquires after the failover");
+        let resumed = acquired.saturating_duration_since(settled);
+        assert!(
+            resumed <= Duration::from_secs(1),
+            "the waiter resumed {resumed:?} after the failover ended (it took {took:?})"
+        );
+        // The hold on the other master never noticed anything.
+        assert!(other_holder.is_held());
+        // New locks on the promoted master and elsewhere, from the same clients.
+        for client in &clients {
+            let g = client.mutex(&name).unwrap().lock().await.unwrap();
+            g.unlock().await.unwrap();
+            let g = client
+                .semaphore(&format!("{name}-sem"), 2)
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+        }
+        other_holder.unlock().await.unwrap();
+        assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+    })
+    .await;
+}
+
+/// A client over a deadpool-redis cluster pool works as one over a builder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadpool_cluster_pool_serves_a_client() {
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let pool = deadpool_redis::cluster::Config::from_urls(t.cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        let pooled = LockClient::cluster_pool_builder(pool, t.cluster.urls())
+            .key_prefix(&t.prefix)
+            .build()
+            .unwrap();
+        let other = t.client();
+        for name in t.names_on_every_master("pooled") {
+            let guard = pooled.fair_mutex(&name).unwrap().lock().await.unwrap();
+            let waiting = {
+                let fair = other.fair_mutex(&name).unwrap();
+                tokio::spawn(async move { fair.lock().await.map(|g| g.fencing_token()) })
+            };
+            until(|| async { pooled.inspect(&name).await.unwrap().waiters.len() == 1 }).await;
+            let token = guard.fencing_token();
+            guard.unlock().await.unwrap();
+            let next = waiting.await.unwrap().unwrap();
+            assert!(next > token);
+        }
+        let empty: Vec<String> = Vec::new();
+        let pool = deadpool_redis::cluster::Config::from_urls(t.cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        assert!(matches!(
+            LockClient::cluster_pool(pool, empty),
+            Err(Error::InvalidArgument { .. })
+        ));
+    })
+    .await;
+}
+
+/// The hold count of the one holder of `name`.
+async fn holds(client: &LockClient, name: &str) -> u32 {
+    let snapshot = client.inspect(name).await.unwrap();
+    assert_eq!(snapshot.holders.len(), 1, "{snapshot:?}");
+    snapshot.holders[0].exclusive_holds
+}
+
+/// A re-entry and a release whose replies are lost (the connection reset after the request
+/// ran) are re-sent by the cluster client, and their scripts run a second time: the hold count
+/// changes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_runs_twice_changes_the_hold_count_once() {
+    let t = TestCluster::start(0);
+    let name = t.names_on_every_master("twice").remove(0);
+    let master = t.cluster.owner(slot(&t.lock_key(&name))).unwrap();
+    let port = t.cluster.nodes[master].server.port();
+    let proxy = Proxy::start(([127, 0, 0, 1], port).into()).await.unwrap();
+    tokio::task::block_in_place(|| t.cluster.announce(master, proxy.addr().port())).unwrap();
+    // No renewals: the only replies through the proxy are the test's.
+    let client = t.builder().watchdog(false).build().unwrap();
+    let observer = t.client();
+    within(LIMIT, async {
+        for fair in [false, true] {
+            let first = if fair {
+                client.fair_mutex(&name).unwrap().lock().await.unwrap()
+            } else {
+                client.mutex(&name).unwrap().lock().await.unwrap()
+            };
+            let second = first.reenter().await.unwrap();
+            assert_eq!(holds(&observer, &name).await, 2);
+
+            let before = proxy.replies_lost();
+            proxy.lose_next_reply();
+            let third = second.reenter().await.unwrap();
+            assert_eq!(
+                proxy.replies_lost(),
+                before + 1,
+                "the re-entry's reply was lost"
+            );
+            assert_eq!(holds(&observer, &name).await, 3, "fair: {fair}");
+
+            let resets = proxy.replies_lost();
+            proxy.lose_next_reply();
+            third.unlock().await.unwrap();
+            assert_eq!(
+                proxy.replies_lost(),
+                resets + 1,
+                "the release's reply was lost"
+            );
+            assert_eq!(holds(&observer, &name).await, 2, "fair: {fair}");
+            second.unlock().await.unwrap();
+            first.unlock().await.unwrap();
+            assert!(observer.inspect(&name).await.unwrap().holders.is_empty());
+        }
+    })
+    .await;
+}
