@@ -179,6 +179,10 @@ impl Bed {
                     Event::Holding { task } => {
                         log.flagged.insert(id.clone(), *task);
                     }
+                    // Releasing: no longer a holder worth a fault.
+                    Event::Releasing { task, .. } => {
+                        log.holding.remove(&(id.clone(), *task));
+                    }
                     _ => {}
                 }
                 log.events.push((id.clone(), event));
@@ -198,6 +202,16 @@ impl Bed {
     /// The proxy in front of worker `id`, if it has one.
     pub fn proxy(&self, id: &str) -> Option<&Proxy> {
         self.proxies.get(id)
+    }
+
+    /// How many sections were acquired after `at` (ns of the monotonic clock). Counted under
+    /// the log's lock without copying it: the readers of the workers' output must not wait.
+    pub fn acquired_since(&self, at: u64) -> usize {
+        lock_log(&self.log)
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Acquired { start, .. } if *start > at))
+            .count()
     }
 
     /// The tasks of every worker that runs.
@@ -417,6 +431,12 @@ impl Bed {
                     // lives.
                     let ends = fixed.then_some(*valid);
                     open.insert((id.clone(), *task), (*token, *start, ends));
+                }
+                // The release was called: a kill from now on cuts nothing more.
+                Event::Releasing { task, at } => {
+                    if let Some(section) = open.get_mut(&(id.clone(), *task)) {
+                        section.2 = Some(section.2.map_or(*at, |e| e.min(*at)));
+                    }
                 }
                 Event::Section(s) => {
                     open.remove(&(id.clone(), s.task));

@@ -32,6 +32,14 @@ pub enum Event {
         /// The task.
         task: u32,
     },
+    /// A task calls release now: its section ends here (or at its lease's end, if earlier),
+    /// whatever becomes of the process before the release returns.
+    Releasing {
+        /// The task.
+        task: u32,
+        /// When (the end of the section, as `Section::end`).
+        at: u64,
+    },
     /// A task finished a critical section.
     Section(Section),
     /// A task's acquisition failed (`what`: `timeout` or the error).
@@ -120,6 +128,7 @@ impl fmt::Display for Event {
                 )
             }
             Self::Holding { task } => write!(f, "holding\t{task}"),
+            Self::Releasing { task, at } => write!(f, "releasing\t{task}\t{at}"),
             Self::Done => write!(f, "done"),
         }
     }
@@ -179,6 +188,10 @@ impl FromStr for Event {
                 at: num(4)?,
             }),
             Some("holding") => Ok(Self::Holding { task: task(1)? }),
+            Some("releasing") => Ok(Self::Releasing {
+                task: task(1)?,
+                at: num(2)?,
+            }),
             Some("done") => Ok(Self::Done),
             _ => Err(bad()),
         }
@@ -194,6 +207,7 @@ mod tests {
         let events = [
             Event::Ready { pid: 42 },
             Event::Holding { task: 3 },
+            Event::Releasing { task: 2, at: 99 },
             Event::Acquired {
                 task: 1,
                 token: 7,

@@ -608,21 +608,13 @@ async fn kill_holders(
         // before the next kill, so that a recovery measures one dead process, as the guarantee
         // says, not the leftovers of the one before.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while acquisitions_since(bed, at) < 3 * bed.live_tasks()
+        while bed.acquired_since(at) < 3 * bed.live_tasks()
             && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
     Ok(())
-}
-
-/// How many sections were acquired after `at` (ns of the monotonic clock).
-fn acquisitions_since(bed: &Bed, at: u64) -> usize {
-    bed.events()
-        .iter()
-        .filter(|(_, e)| matches!(e, Event::Acquired { start, .. } if *start > at))
-        .count()
 }
 
 async fn kill(row: &Row, params: &Params, report: &mut Report) -> Result<(), String> {

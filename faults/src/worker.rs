@@ -244,6 +244,13 @@ impl Worker {
         }
         let release_call = now_ns();
         let valid = self.clock.ns(guard.valid_until());
+        println!(
+            "{}",
+            Event::Releasing {
+                task: task as u32,
+                at: release_call.min(valid),
+            }
+        );
         if lost_at.is_none() && !guard.is_held() {
             lost_at = Some(release_call.min(valid));
         }

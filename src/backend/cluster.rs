@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Request;
 use super::script::{By, Publish, Script};
+use super::slots::{Short, Slots};
 use super::subscription::{Listener, Requests};
 use crate::error::Result;
 
@@ -36,7 +37,10 @@ const SLOTS: u16 = 16384;
 /// The hash slot of `key`: of the part between the first `{` and the next `}` when it is not
 /// empty, else of the whole key.
 pub(crate) fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
+    slot_of(key.as_bytes())
+}
+
+fn slot_of(bytes: &[u8]) -> u16 {
     let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &bytes[open + 1..];
         rest.iter()
@@ -127,20 +131,52 @@ impl Connector {
 #[derive(Debug)]
 pub(crate) struct Node {
     connector: Arc<Connector>,
+    slots: Arc<Slots>,
+}
+
+/// The slot of a script call's first key (`EVALSHA sha numkeys key ...`).
+fn first_key_slot(cmd: &redis::Cmd) -> Option<u16> {
+    match cmd.args_iter().nth(3)? {
+        redis::Arg::Simple(key) => Some(slot_of(key)),
+        _ => None,
+    }
 }
 
 impl Node {
-    pub(crate) fn new(connector: Arc<Connector>) -> Self {
-        Self { connector }
+    /// Requests through `connector`'s cluster connection, and the short way to masters
+    /// connecting as to `seed` (see [`Slots`]).
+    pub(crate) fn new(connector: Arc<Connector>, seed: Option<redis::ConnectionInfo>) -> Self {
+        Self {
+            connector,
+            slots: Slots::new(seed),
+        }
     }
 
     /// Runs a script by its SHA1, or by its source on a node that does not have it cached, and
-    /// returns its raw reply.
+    /// returns its raw reply: straight to the master that serves its keys when the slot map is
+    /// known, else (and when that master redirects, asks to wait or loses the reply) through
+    /// the cluster connection, with the same command.
     pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
-        let mut conn = self.connector.get().await?;
         let by = By::hash(Publish::Sharded);
-        let reply = match request.call(by).into_cmd().query_async(&mut conn).await {
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+        let mut cmd = request.call(by).into_cmd();
+        let mut by_hash = true;
+        if let Some(slot) = first_key_slot(&cmd) {
+            match self.slots.send(slot, &cmd).await {
+                // The master does not have the script (a new master): its source, the long way.
+                Short::Done(Err(err))
+                    if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    cmd = request.call(by.source()).into_cmd();
+                    by_hash = false;
+                }
+                Short::Done(reply) => return reply.map_err(Into::into),
+                Short::Long => {}
+            }
+        }
+        let mut conn = self.connector.get().await?;
+        self.slots.read_map(&conn);
+        let reply = match cmd.query_async(&mut conn).await {
+            Err(err) if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 request
                     .call(by.source())
                     .into_cmd()

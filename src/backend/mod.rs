@@ -17,6 +17,8 @@
 mod cluster;
 mod script;
 mod single;
+#[cfg(feature = "cluster")]
+mod slots;
 mod subscription;
 
 use std::sync::Arc;
@@ -132,25 +134,27 @@ impl Backend {
     ) -> Result<Self> {
         let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
         let tx = cluster::push_sender(Arc::clone(&listener), tx);
-        let (requesting, subscribing) = match source {
+        let (requesting, subscribing, seed) = match source {
             ClusterSource::Builder(builder) => {
                 let client = cluster_settings(*builder, tx).build()?;
                 let connector =
                     cluster::Connector::new(cluster::Source::Client(Box::new(client)), scripts);
-                (Arc::clone(&connector), connector)
+                (Arc::clone(&connector), connector, None)
             }
             ClusterSource::Pool { pool, seeds } => {
+                let seed = seeds.first().cloned();
                 let builder = redis::cluster::ClusterClientBuilder::new(seeds);
                 let client = cluster_settings(builder, tx).build()?;
                 (
                     cluster::Connector::new(cluster::Source::Pool(pool), scripts),
                     cluster::Connector::new(cluster::Source::Client(Box::new(client)), Vec::new()),
+                    seed,
                 )
             }
         };
         cluster::spawn_subscription(subscribing, pushes, listener, requests, shutdown);
         Ok(Self {
-            servers: Servers::Cluster(cluster::Node::new(requesting)),
+            servers: Servers::Cluster(cluster::Node::new(requesting, seed)),
         })
     }
 
