@@ -434,6 +434,15 @@ async fn a_failover_to_a_replica_keeps_waiters_going() {
     let holder = clients[0].fair_mutex(&name).unwrap().lock().await.unwrap();
     let other = t.names_on_every_master("elsewhere").remove(1);
     let other_holder = clients[0].mutex(&other).unwrap().lock().await.unwrap();
+    // A second hold on the failing master, which the test takes from the new master after the
+    // failover: the state a write that never reached the replica leaves behind.
+    let forgotten_name = t.names_on_every_master("forgotten").remove(master);
+    let forgotten = clients[1]
+        .mutex(&forgotten_name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let waiter = {
         let fair = clients[1].fair_mutex(&name).unwrap();
         tokio::spawn(async move {
@@ -465,6 +474,20 @@ async fn a_failover_to_a_replica_keeps_waiters_going() {
         );
         // The hold on the other master never noticed anything.
         assert!(other_holder.is_held());
+        // The hold the new master does not have: its holder learns it at its next renewal,
+        // within the lease.
+        let forgotten_key = t.lock_key(&forgotten_name);
+        let removed: i64 = t
+            .cluster
+            .on_owner(&forgotten_key, |c| {
+                redis::cmd("DEL").arg(&forgotten_key).query(c)
+            })
+            .unwrap();
+        assert_eq!(removed, 1, "the new master had the hold");
+        tokio::time::timeout(lease, forgotten.lost())
+            .await
+            .expect("a hold the new master does not have is lost within the lease");
+        assert!(!forgotten.is_held());
         // New locks on the promoted master and elsewhere, from the same clients.
         for client in &clients {
             let g = client.mutex(&name).unwrap().lock().await.unwrap();
