@@ -195,22 +195,24 @@ impl Error {
 }
 
 /// A server that cannot serve the request for a while and says so: loading its data, a cluster
-/// failing over (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a demoted master) or moving a slot
-/// (`TRYAGAIN`, or a redirect the client ran out of retries to follow).
+/// failing over (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a demoted master, no connection to
+/// the node that serves the slot yet) or moving a slot (`TRYAGAIN`, or a redirect the client ran
+/// out of retries to follow).
 fn is_passing(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as K};
-    matches!(
-        e.kind(),
-        ErrorKind::Server(
-            K::BusyLoading
-                | K::TryAgain
-                | K::ClusterDown
-                | K::MasterDown
-                | K::ReadOnly
-                | K::Moved
-                | K::Ask
+    e.kind() == ErrorKind::ClusterConnectionNotFound
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                K::BusyLoading
+                    | K::TryAgain
+                    | K::ClusterDown
+                    | K::MasterDown
+                    | K::ReadOnly
+                    | K::Moved
+                    | K::Ask
+            )
         )
-    )
 }
 
 #[cfg(test)]

@@ -65,7 +65,8 @@ enum Servers {
 #[cfg(feature = "cluster")]
 pub(crate) enum ClusterSource {
     /// A client builder of the caller's: redlatch sets RESP3, the push sender, its response
-    /// timeout and retry waits, and uses one connection for requests and the subscription.
+    /// timeout and retry waits, and makes one connection for requests and another for the
+    /// subscription.
     Builder(Box<redis::cluster::ClusterClientBuilder>),
     /// The caller's deadpool pool for requests, and the seed addresses for a subscription
     /// client of redlatch's own.
@@ -136,10 +137,18 @@ impl Backend {
         let tx = cluster::push_sender(Arc::clone(&listener), tx);
         let (requesting, subscribing, seed) = match source {
             ClusterSource::Builder(builder) => {
+                // Two connections of one client: requests never share a node connection with
+                // subscriptions, whose confirmations (redis-rs re-subscribes by itself after a
+                // slot moves) would otherwise be taken for a request's reply.
                 let client = cluster_settings(*builder, tx).build()?;
-                let connector =
-                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), scripts);
-                (Arc::clone(&connector), connector, None)
+                (
+                    cluster::Connector::new(
+                        cluster::Source::Client(Box::new(client.clone())),
+                        scripts,
+                    ),
+                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), Vec::new()),
+                    None,
+                )
             }
             ClusterSource::Pool { pool, seeds } => {
                 let seed = seeds.first().cloned();
