@@ -6,7 +6,7 @@ use std::time::Duration;
 use deadpool_redis::Pool;
 use redis::IntoConnectionInfo;
 
-use crate::config::{Config, FENCE_TTL, millis};
+use crate::config::{Config, Drift, FENCE_TTL, Fencing, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::inspect::{ForceUnlocked, Snapshot};
@@ -88,6 +88,7 @@ impl LockClient {
                 server: server.into_connection_info(),
             },
             config: Config::default(),
+            redlock_setting: false,
         }
     }
 
@@ -145,6 +146,7 @@ impl LockClient {
         LockClientBuilder {
             target: Target::Cluster(ClusterTarget::Builder(Box::new(cluster))),
             config: Config::default(),
+            redlock_setting: false,
         }
     }
 
@@ -202,6 +204,57 @@ impl LockClient {
         LockClientBuilder {
             target: Target::Cluster(ClusterTarget::Pool { pool, seeds }),
             config: Config::default(),
+            redlock_setting: false,
+        }
+    }
+
+    /// A builder for a Redlock client over independent Redis servers (masters that do not
+    /// replicate each other), each given as a pool and its address as for
+    /// [`LockClient::new`]. Use 3 or 5: a lock is held when a majority of them granted it, so it
+    /// survives the loss of a minority.
+    ///
+    /// Only [`Mutex`] works on it, with its whole API; [`fair_mutex`](Self::fair_mutex),
+    /// [`semaphore`](Self::semaphore) and [`rwlock`](Self::rwlock) return
+    /// [`Error::Unsupported`]: a semaphore whose permits are counted per node admits more than
+    /// its permits in all (three nodes of two permits each: A on nodes 1 and 2, B on 2 and 3, C
+    /// on 1 and 3), and per-node FIFO queues need not agree on who is next. Fencing tokens
+    /// rise with every acquisition across any majorities (see [`Fencing`]); a guard's
+    /// [`valid_until`](crate::MutexGuard::valid_until) is the send time of the first request
+    /// plus the lease, less the drift allowance. The README's Redlock section says what holds
+    /// under which conditions (persistence, clock drift).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use deadpool_redis::{Config, Runtime};
+    ///
+    /// let urls = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+    /// let mut nodes = Vec::new();
+    /// for url in urls {
+    ///     nodes.push((Config::from_url(url).create_pool(Some(Runtime::Tokio1))?, url));
+    /// }
+    /// let client = redlatch::LockClient::redlock(nodes)
+    ///     .node_timeout(Duration::from_millis(50))
+    ///     .build()?;
+    /// let guard = client.mutex("orders:42")?.lock().await?;
+    /// println!("token {} valid until {:?}", guard.fencing_token(), guard.valid_until());
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redlock<S: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = (Pool, S)>,
+    ) -> LockClientBuilder {
+        let nodes = nodes
+            .into_iter()
+            .map(|(pool, server)| (pool, server.into_connection_info()))
+            .collect();
+        LockClientBuilder {
+            target: Target::Redlock(nodes),
+            config: Config {
+                redlock: Some(crate::config::Redlock::default()),
+                ..Config::default()
+            },
+            redlock_setting: false,
         }
     }
 
@@ -293,10 +346,15 @@ impl LockClient {
     /// counts and remaining lease, queued waiters, permits, and the last fencing token. One
     /// script call, so the snapshot is consistent; it changes nothing.
     ///
+    /// On a Redlock client every server is asked: the snapshot is one whose holders the most
+    /// servers agree on, and its last fencing token the highest that a majority of them has
+    /// reached (the holder's; a server that granted late may be ahead of it).
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] or [`Error::Layout`] if
-    /// the keys hold data redlatch does not understand, and connection errors.
+    /// the keys hold data redlatch does not understand, and connection errors (on a Redlock
+    /// client: when no server answered).
     ///
     /// # Cancel safety
     ///
@@ -312,10 +370,41 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, name: &str) -> Result<Snapshot> {
         let keys = LockKeys::new(&self.core.config.prefix, name)?;
-        self.core
-            .backend
-            .run(&admin::Inspect { name, keys: &keys })
-            .await
+        let request = admin::Inspect { name, keys: &keys };
+        match self.core.backend.as_quorum() {
+            None => self.core.backend.run(&request).await,
+            Some(quorum) => {
+                let answers = self.on_every_node(quorum, &request).await?;
+                Ok(admin::agreed(answers, quorum.majority()))
+            }
+        }
+    }
+
+    /// Runs `request` on every node of a Redlock client: the answers of the nodes that gave
+    /// one within the node timeout, or the first failure if none did.
+    async fn on_every_node<R: crate::backend::Request>(
+        &self,
+        quorum: &crate::backend::Quorum,
+        request: &R,
+    ) -> Result<Vec<R::Reply>> {
+        use futures_util::StreamExt;
+        let timeout = quorum.node_timeout(self.core.config.lease);
+        let deadline = crate::time::after(tokio::time::Instant::now(), timeout);
+        let mut answers = Vec::with_capacity(quorum.len());
+        let mut failure = None;
+        let mut replies = quorum.each(request, deadline);
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(answer) => answers.push(answer),
+                Err(err) => {
+                    failure.get_or_insert(err);
+                }
+            }
+        }
+        match (answers.is_empty(), failure) {
+            (true, Some(err)) => Err(err),
+            _ => Ok(answers),
+        }
     }
 
     /// Ends every hold and queue place of `name` at once, whatever primitive it is in use as:
@@ -324,7 +413,8 @@ impl LockClient {
     /// tokens keep rising. Waiting clients are told and try again (queued waiters lose their
     /// place and queue anew); holders learn it at their next renewal, when their guards become
     /// lost, so their work may overlap the next holder's until then: fencing tokens are what
-    /// protects storage from that.
+    /// protects storage from that. A Redlock client asks every server, and reports the most
+    /// holders and waiters any of them removed.
     ///
     /// # Errors
     ///
@@ -343,13 +433,17 @@ impl LockClient {
     /// ```
     pub async fn force_unlock(&self, name: &str) -> Result<ForceUnlocked> {
         let keys = LockKeys::new(&self.core.config.prefix, name)?;
-        self.core
-            .backend
-            .run(&admin::ForceUnlock {
-                keys: &keys,
-                fence_ttl_ms: millis(FENCE_TTL),
-            })
-            .await
+        let request = admin::ForceUnlock {
+            keys: &keys,
+            fence_ttl_ms: millis(FENCE_TTL),
+        };
+        match self.core.backend.as_quorum() {
+            None => self.core.backend.run(&request).await,
+            Some(quorum) => {
+                let answers = self.on_every_node(quorum, &request).await?;
+                Ok(admin::most(answers))
+            }
+        }
     }
 
     /// The prefix of every key this client writes.
@@ -383,6 +477,8 @@ impl LockClient {
 pub struct LockClientBuilder {
     target: Target,
     config: Config,
+    /// A Redlock setting was given to a builder of another client.
+    redlock_setting: bool,
 }
 
 /// What a client is built for. (A builder lives for one statement: the size of its variants
@@ -396,6 +492,7 @@ enum Target {
     },
     #[cfg(feature = "cluster")]
     Cluster(ClusterTarget),
+    Redlock(Vec<(Pool, redis::RedisResult<redis::ConnectionInfo>)>),
 }
 
 #[cfg(feature = "cluster")]
@@ -511,6 +608,71 @@ impl LockClientBuilder {
         self
     }
 
+    /// Redlock clients: how long one server may take to answer one call before it counts as
+    /// not granting (or not renewing, releasing, confirming). Default: 5 % of the lease,
+    /// between 2 ms and 1 s (1 s for the 30 s default lease). Keep it well under the lease:
+    /// the validity left to a hold shrinks by the time an acquisition takes.
+    ///
+    /// ```no_run
+    /// # fn demo(nodes: Vec<(deadpool_redis::Pool, String)>) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::redlock(nodes)
+    ///     .node_timeout(Duration::from_millis(50))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.set_redlock(|r| r.node_timeout = Some(timeout));
+        self
+    }
+
+    /// Redlock clients: how fencing tokens are made (see [`Fencing`]). Default:
+    /// [`Fencing::Quorum`], two rounds, without relying on clocks.
+    ///
+    /// ```no_run
+    /// # fn demo(nodes: Vec<(deadpool_redis::Pool, String)>) -> redlatch::Result<()> {
+    /// let client = redlatch::LockClient::redlock(nodes)
+    ///     .fencing(redlatch::Fencing::Clock)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing(mut self, fencing: Fencing) -> Self {
+        self.set_redlock(|r| r.fencing = fencing);
+        self
+    }
+
+    /// How much of a lease is not counted on: `rate` of it (clocks that run at slightly
+    /// different speeds) plus `fixed` (Redis counts leases in whole milliseconds). A hold is
+    /// valid, as [`valid_until`](crate::MutexGuard::valid_until) reports, for its lease counted
+    /// from just before its request was sent, less this. Default: 1 % + 2 ms (Redlock's);
+    /// `rate` must be below 0.5, and the allowance must leave something of the default lease.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .drift(0.02, Duration::from_millis(5))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn drift(mut self, rate: f64, fixed: Duration) -> Self {
+        self.config.drift = Drift { rate, fixed };
+        self
+    }
+
+    /// A Redlock setting on another client is refused by `build`, not lost.
+    fn set_redlock(&mut self, set: impl FnOnce(&mut crate::config::Redlock)) {
+        let mut settings = self.config.redlock.unwrap_or_default();
+        set(&mut settings);
+        if matches!(self.target, Target::Redlock(_)) {
+            self.config.redlock = Some(settings);
+        } else {
+            self.redlock_setting = true;
+        }
+    }
+
     /// Builds the client and starts its background tasks on the current tokio runtime.
     ///
     /// # Errors
@@ -529,6 +691,12 @@ impl LockClientBuilder {
     /// ```
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
+        if self.redlock_setting {
+            return Err(Error::Unsupported {
+                what: "a node timeout or fencing mode",
+                reason: "only a Redlock client (LockClient::redlock) takes them",
+            });
+        }
         let in_runtime = || {
             if tokio::runtime::Handle::try_current().is_err() {
                 return Err(Error::invalid(
@@ -563,6 +731,20 @@ impl LockClientBuilder {
                 };
                 in_runtime()?;
                 Core::cluster(self.config, source)?
+            }
+            Target::Redlock(nodes) => {
+                if nodes.is_empty() {
+                    return Err(Error::invalid(
+                        "nodes",
+                        "a Redlock client needs at least one server (use 3 or 5)",
+                    ));
+                }
+                let mut servers = Vec::with_capacity(nodes.len());
+                for (pool, server) in nodes {
+                    servers.push((pool, redis::Client::open(server?)?));
+                }
+                in_runtime()?;
+                Core::quorum(self.config, servers)
             }
         };
         Ok(LockClient { core })

@@ -29,6 +29,81 @@ pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// ```
 pub const FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How much of a lease a client does not count on: `rate` of it (clocks that tick at slightly
+/// different speeds) plus `fixed` (Redis counts leases in whole milliseconds of its own clock).
+/// A hold is taken to be valid for the lease, counted from just before its request was sent,
+/// less this allowance. Default: 1 % + 2 ms, Redlock's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Drift {
+    pub(crate) rate: f64,
+    pub(crate) fixed: Duration,
+}
+
+impl Default for Drift {
+    fn default() -> Self {
+        Self {
+            rate: 0.01,
+            fixed: Duration::from_millis(2),
+        }
+    }
+}
+
+impl Drift {
+    /// How long a lease granted by a request is known to run, counted from when the request
+    /// was sent.
+    pub(crate) fn validity(self, lease: Duration) -> Duration {
+        lease.saturating_sub(self.allowance(lease))
+    }
+
+    /// The part of `lease` not counted on.
+    pub(crate) fn allowance(self, lease: Duration) -> Duration {
+        // Rounded up, in nanoseconds: the allowance is never smaller than asked.
+        #[allow(clippy::cast_precision_loss)]
+        let nanos = (lease.as_nanos() as f64 * self.rate).ceil();
+        let rated = Duration::try_from_secs_f64(nanos / 1e9).unwrap_or(Duration::MAX);
+        rated.saturating_add(self.fixed)
+    }
+}
+
+/// How a Redlock client makes its fencing tokens (see the README's Redlock section).
+///
+/// ```
+/// assert_eq!(redlatch::Fencing::default(), redlatch::Fencing::Quorum);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// Two rounds (the default): every granting node returns its counter, the token is the
+    /// highest, and a second round raises the counter of every node where the lock is still
+    /// held to it; the acquisition succeeds only when a majority confirms. Tokens rise with
+    /// every acquisition without relying on any clock: two majorities share a node, which
+    /// orders them.
+    #[default]
+    Quorum,
+    /// One round: the token is the highest counter of the granting nodes, each at least its
+    /// clock in microseconds. Tokens rise across acquisitions only as long as the nodes' clocks
+    /// differ by less than the time between one holder's lease ending and the next
+    /// acquisition; a node clock stepped back can break that.
+    Clock,
+}
+
+/// A Redlock client's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Redlock {
+    /// How long one node may take to answer one call (`None`: 5 % of the lease, between
+    /// 2 ms and 1 s).
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) fencing: Fencing,
+}
+
+impl Redlock {
+    /// The per-node timeout for holds of `lease`.
+    pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (lease / 20).clamp(Duration::from_millis(2), Duration::from_secs(1)))
+    }
+}
+
 /// Settings shared by every handle of one client.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -40,6 +115,9 @@ pub(crate) struct Config {
     /// The first term of a hold handed to a queued waiter of this client (`None`: the default
     /// lease).
     pub(crate) waiter_timeout: Option<Duration>,
+    pub(crate) drift: Drift,
+    /// A Redlock client's settings (`None`: any other client).
+    pub(crate) redlock: Option<Redlock>,
 }
 
 impl Default for Config {
@@ -51,6 +129,8 @@ impl Default for Config {
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
             waiter_timeout: None,
+            drift: Drift::default(),
+            redlock: None,
         }
     }
 }
@@ -101,6 +181,31 @@ impl Config {
                 ),
             ));
         }
+        if !(self.drift.rate.is_finite() && (0.0..0.5).contains(&self.drift.rate))
+            || self.drift.fixed > MAX_LEASE
+        {
+            return Err(Error::invalid(
+                "drift",
+                format!(
+                    "need a rate in 0..0.5 and a fixed part of at most {MAX_LEASE:?}, got {} and {:?}",
+                    self.drift.rate, self.drift.fixed
+                ),
+            ));
+        }
+        if self.drift.validity(self.lease).is_zero() {
+            return Err(Error::invalid(
+                "drift",
+                format!("it leaves nothing of the {:?} lease", self.lease),
+            ));
+        }
+        if let Some(t) = self.redlock.and_then(|q| q.node_timeout)
+            && (t.is_zero() || t > MAX_LEASE)
+        {
+            return Err(Error::invalid(
+                "node timeout",
+                format!("need 0 < timeout <= {MAX_LEASE:?}, got {t:?}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -147,6 +252,21 @@ mod tests {
             last_ceiling = b.ceiling;
         }
         assert_eq!(b.ceiling, config.backoff_max);
+    }
+
+    #[test]
+    fn the_drift_allowance_is_never_below_its_rate() {
+        let drift = Drift::default();
+        for ms in [10, 333, 1_000, 5_000, 30_000, 86_400_000] {
+            let lease = Duration::from_millis(ms);
+            let allowance = drift.allowance(lease);
+            assert!(
+                allowance >= lease / 100 + Duration::from_millis(2),
+                "{lease:?}"
+            );
+            assert!(allowance <= lease / 100 + Duration::from_millis(2) + Duration::from_micros(1));
+            assert_eq!(drift.validity(lease), lease - allowance);
+        }
     }
 
     #[test]

@@ -36,20 +36,16 @@ impl Core {
     /// Starts a client's machinery for one server on the current tokio runtime: the
     /// subscription, the watchdog and the release queue.
     pub(crate) fn single(config: Config, pool: Pool, server: redis::Client) -> Arc<Self> {
-        let started = Self::start(config, |listener, requests, stopped| {
-            Ok::<_, std::convert::Infallible>(Backend::single(
+        Self::start_infallible(config, |listener, requests, stopped| {
+            Backend::single(
                 pool,
                 protocol::scripts(),
                 server,
                 listener,
                 requests,
                 stopped,
-            ))
-        });
-        match started {
-            Ok(core) => core,
-            Err(never) => match never {},
-        }
+            )
+        })
     }
 
     /// Starts a client's machinery for a Redis Cluster on the current tokio runtime.
@@ -62,6 +58,41 @@ impl Core {
         Self::start(config, |listener, requests, stopped| {
             Backend::cluster(source, protocol::scripts(), listener, requests, stopped)
         })
+    }
+
+    /// Starts a Redlock client's machinery over independent servers (each a pool for requests
+    /// and a client for its subscription) on the current tokio runtime, with the Redlock
+    /// settings of `config`.
+    pub(crate) fn quorum(config: Config, servers: Vec<(Pool, redis::Client)>) -> Arc<Self> {
+        let settings = config.redlock.unwrap_or_default();
+        Self::start_infallible(config, |listener, requests, stopped| {
+            Backend::quorum(
+                settings,
+                servers,
+                protocol::scripts(),
+                listener,
+                requests,
+                stopped,
+            )
+        })
+    }
+
+    /// [`start`](Self::start) with a backend that is made without fail.
+    fn start_infallible(
+        config: Config,
+        backend: impl FnOnce(
+            Arc<dyn backend::Listener>,
+            backend::Requests,
+            watch::Receiver<()>,
+        ) -> Backend,
+    ) -> Arc<Self> {
+        let started = Self::start(config, |listener, requests, stopped| {
+            Ok::<_, std::convert::Infallible>(backend(listener, requests, stopped))
+        });
+        match started {
+            Ok(core) => core,
+            Err(never) => match never {},
+        }
     }
 
     fn start<E>(

@@ -98,6 +98,18 @@ pub enum Error {
         /// The layout tag this client writes and reads.
         expected: &'static str,
     },
+    /// The client cannot serve this: a fair mutex, semaphore or read-write lock on a Redlock
+    /// client ([`LockClient::redlock`](crate::LockClient::redlock)), where a majority vote
+    /// cannot keep their promises (a semaphore whose permits are counted per node admits more
+    /// than its permits in all; per-node FIFO queues disagree on who is next), or a setting
+    /// that only a Redlock client takes. Nothing was sent to Redis.
+    #[error("{what} is not supported: {reason}")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// Why it cannot be served.
+        reason: &'static str,
+    },
     /// No connection could be had from the pool.
     #[error("connection pool error")]
     Pool(#[from] deadpool_redis::PoolError),

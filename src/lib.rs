@@ -64,6 +64,13 @@
 //! follow it, and requests that the cluster client re-sends after a lost reply change hold
 //! counts once. The cluster section of the README says what holds during failovers.
 //!
+//! A Redlock client ([`LockClient::redlock`]) asks N independent masters and holds a
+//! [`Mutex`] only when a majority granted it, so the loss of a minority of servers changes
+//! nothing; its fencing tokens rise across any majorities without relying on clocks
+//! ([`Fencing`]). It needs servers that keep what they granted across a restart
+//! (`appendfsync always`, or a restart delayed by the longest lease); the README's Redlock
+//! section says what holds under which conditions.
+//!
 //! # Redis layout
 //!
 //! A mutex is `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence`
@@ -98,7 +105,7 @@ mod time;
 mod token;
 
 pub use client::{LockClient, LockClientBuilder};
-pub use config::{DEFAULT_LEASE, FENCE_TTL, MAX_LEASE, MIN_LEASE};
+pub use config::{DEFAULT_LEASE, FENCE_TTL, Fencing, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};

@@ -5,6 +5,7 @@
 //! cargo bench -p redlatch-cli --bench contention            # full mode, about 15 minutes
 //! cargo bench -p redlatch-cli --bench contention -- --quick # under 2 minutes
 //! cargo bench -p redlatch-cli --bench contention -- --handoff-hold-ms 100
+//! cargo bench -p redlatch-cli --bench contention -- --redlock # and Redlock over 5 servers
 //! ```
 //!
 //! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
@@ -18,8 +19,9 @@ use std::time::Duration;
 use redlatch_cli::bench::{self, AnyResult, BoxFut, Connect, Contender, Entry, Hold, Library};
 use redlatch_harness::server;
 
-/// rslock: Redlock over one server here; `acquire` loops over `lock`, which makes 3 tries with
-/// a random pause of up to `retry_delay` (default 200 ms) between them.
+/// rslock: Redlock over one server (the contention scenarios) or five (the Redlock scenario);
+/// `acquire` loops over `lock`, which makes 3 tries with a random pause of up to `retry_delay`
+/// (default 200 ms) between them, and waits for every server's answer.
 struct Rslock {
     manager: rslock::LockManager,
     prefix: String,
@@ -33,12 +35,12 @@ struct RslockContender {
 
 struct RslockHold(rslock::Lock);
 
-fn rslock_entry(name: &'static str, url: &str, prefix: &str, tuned: bool) -> Entry {
-    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+fn rslock_entry(name: &'static str, urls: &[String], prefix: &str, tuned: bool) -> Entry {
+    let (urls, prefix) = (urls.to_vec(), prefix.to_owned());
     let connect: Connect = Arc::new(move || {
-        let (url, prefix) = (url.clone(), prefix.clone());
+        let (urls, prefix) = (urls.clone(), prefix.clone());
         Box::pin(async move {
-            let mut manager = rslock::LockManager::new(vec![url]);
+            let mut manager = rslock::LockManager::new(urls);
             if tuned {
                 manager.set_retry(3, Duration::from_millis(1));
             }
@@ -215,12 +217,28 @@ async fn run() -> AnyResult<()> {
     let prefix = format!("redlatch-bench-{}", std::process::id());
     let mut entries = bench::redlatch_entries(&url, &prefix);
     entries.extend([
-        rslock_entry("rslock", &url, &prefix, false),
-        rslock_entry("rslock-tuned", &url, &prefix, true),
+        rslock_entry("rslock", std::slice::from_ref(&url), &prefix, false),
+        rslock_entry("rslock-tuned", std::slice::from_ref(&url), &prefix, true),
         distkit_entry("distkit", &url, &prefix, false),
         distkit_entry("distkit-tuned", &url, &prefix, true),
     ]);
     let plan = bench::Plan::new(quick, hold_ms);
+    // `--redlock`: the Redlock scenario on five servers of its own, with rslock's Redlock (which
+    // waits for every server) over the same five.
+    let redlock = if args.iter().any(|a| a == "--redlock") {
+        let bed = bench::RedlockBed::start(5).await?;
+        let urls = bed.urls();
+        let mut rows = bench::redlatch_redlock_rows(&urls, &prefix);
+        rows.push(bench::redlock_peer_row(rslock_entry(
+            "rslock-redlock-5",
+            &urls,
+            &prefix,
+            false,
+        )));
+        Some(bench::RedlockScenario { bed, rows })
+    } else {
+        None
+    };
     let bench = bench::Bench {
         url,
         prefix,
@@ -237,6 +255,7 @@ async fn run() -> AnyResult<()> {
         out_dir: std::path::PathBuf::from("target/bench"),
         own_server,
         cluster: None,
+        redlock,
     };
     bench.run().await?;
     drop(server);

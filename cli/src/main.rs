@@ -1,7 +1,7 @@
 //! `redlatch`: the command-line tool (package `redlatch-cli`; `cargo install --path cli`).
 //!
 //! ```text
-//! redlatch bench [--quick] [--cluster]           # the contention benchmark, own redis-server
+//! redlatch bench [--quick] [--cluster] [--redlock] # the contention benchmark, own redis-server
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
@@ -51,6 +51,9 @@ enum Command {
         /// In the hand-off scenario the holder holds 1 ms to this many ms (at random); 2 or more.
         #[arg(long, default_value_t = 5, value_parser = bench::parse_hold_ms)]
         handoff_hold_ms: u64,
+        /// Also run the Redlock scenario on five servers of the tool's own.
+        #[arg(long)]
+        redlock: bool,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
@@ -114,6 +117,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             quick,
             out,
             handoff_hold_ms,
+            redlock,
         } => {
             let (server, url) = server::try_named_or_own(cli.url.clone())?;
             let own_server = server.is_some();
@@ -139,6 +143,14 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 let entries = bench::redlatch_cluster_entries(&seeds, &prefix);
                 (seeds, entries)
             });
+            // The Redlock scenario runs on servers of the tool's own, beside one of them alone.
+            let redlock = if redlock {
+                let bed = bench::RedlockBed::start(5).await?;
+                let rows = bench::redlatch_redlock_rows(&bed.urls(), &prefix);
+                Some(bench::RedlockScenario { bed, rows })
+            } else {
+                None
+            };
             let bench = bench::Bench {
                 url,
                 prefix,
@@ -148,6 +160,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 out_dir: out,
                 own_server,
                 cluster,
+                redlock,
             };
             bench.run().await?;
             drop((server, own_cluster));

@@ -13,7 +13,7 @@ use crate::config::{FENCE_TTL, lease_ms, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::{Held, Hold, Lease, validity};
+use crate::lease::{Held, Hold, Lease};
 use crate::protocol::{Answer, Claim, Family, Op, mutex};
 use crate::time::after;
 use crate::token::OwnerToken;
@@ -69,15 +69,15 @@ impl fmt::Debug for Engine {
 /// cleanup goes through the client's background queue, on the same connection and so after the
 /// request, and gives back whatever the request may have got (what it did not get is refused
 /// harmlessly).
-struct OnCancel<F: FnOnce()>(Option<F>);
+pub(super) struct OnCancel<F: FnOnce()>(Option<F>);
 
 impl<F: FnOnce()> OnCancel<F> {
-    fn new(cleanup: F) -> Self {
+    pub(super) fn new(cleanup: F) -> Self {
         Self(Some(cleanup))
     }
 
     /// The attempt has its answer: nothing to clean up here.
-    fn disarm(mut self) {
+    pub(super) fn disarm(mut self) {
         self.0 = None;
     }
 }
@@ -96,9 +96,17 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name.
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`] for a queued
+    /// primitive on a Redlock client.
     pub(crate) fn new(core: Arc<Core>, name: &str, family: Family, capacity: u32) -> Result<Self> {
         let keys = LockKeys::new(&core.config.prefix, name)?;
+        if family.is_queued() && core.backend.as_quorum().is_some() {
+            return Err(Error::Unsupported {
+                what: family.what(),
+                reason: "a Redlock client serves the plain Mutex only: a majority of per-node \
+                         queues or permit counts cannot keep their promises",
+            });
+        }
         Ok(Self {
             lease: core.config.lease,
             renew: core.config.watchdog,
@@ -158,7 +166,13 @@ impl Engine {
             .attempt(Ask::one(op, held.owner, Claim::Again), None)
             .await?
         {
-            Attempt::Acquired(again) => Ok(again),
+            Attempt::Acquired(mut again) => {
+                // The same hold, counted once more: the same token.
+                if op == held.hold().op {
+                    again.fence = held.fence;
+                }
+                Ok(again)
+            }
             Attempt::Busy(_) | Attempt::Queued { .. } => {
                 held.hold().mark_lost();
                 Err(held.not_held())
@@ -229,6 +243,7 @@ impl Engine {
             owner,
             lease,
             self.renew,
+            self.core.config.drift,
             sent_at,
         )
     }
@@ -257,6 +272,9 @@ impl Engine {
         if self.family.is_queued() {
             return queued::run(self, ask, place).await;
         }
+        if let Some(quorum) = self.core.backend.as_quorum() {
+            return super::quorum::run(self, quorum, ask).await;
+        }
         let owner = ask.owner.as_field();
         let request = mutex::Acquire {
             keys: &self.keys,
@@ -276,7 +294,7 @@ impl Engine {
     /// A grant to a request sent at `sent_at` came back after the lease it grants would have
     /// run out (as this process counts it): the hold cannot be used.
     pub(super) fn too_late(&self, sent_at: Instant) -> bool {
-        Instant::now() >= after(sent_at, validity(self.lease))
+        Instant::now() >= after(sent_at, self.core.config.drift.validity(self.lease))
     }
 }
 

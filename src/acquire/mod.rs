@@ -6,6 +6,7 @@
 
 mod engine;
 mod queued;
+mod quorum;
 mod wait;
 
 pub(crate) use engine::{Ask, Engine};

@@ -15,7 +15,7 @@ use super::engine::late_answer;
 use super::{Ask, Attempt, Engine};
 use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
 use crate::error::Result;
-use crate::lease::{Held, Hold, Lease, validity};
+use crate::lease::{Held, Hold, Lease};
 use crate::protocol::wake::Grant;
 use crate::protocol::{Answer, Op, queue};
 use crate::time::after;
@@ -51,6 +51,7 @@ pub(super) fn place(engine: &Engine, op: Op, units: u32, owner: &OwnerToken, fre
         member,
         MAX_LEASE,
         false,
+        core.config.drift,
         Instant::now(),
     );
     Lease::new(hold, core.tasks.clone())
@@ -121,7 +122,10 @@ pub(super) async fn run(
 /// of its end counts from there, however late the message came.
 pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Instant) -> Held {
     let hold = engine.hold(ask.op, ask.owner.as_field(), engine.lease, granted_after);
-    hold.handed_until(after(granted_after, validity(grant.term)));
+    hold.handed_until(after(
+        granted_after,
+        engine.core.config.drift.validity(grant.term),
+    ));
     Held {
         owner: ask.owner,
         fence: grant.fence,

@@ -30,7 +30,7 @@ use super::queued::{self, Place, take};
 use super::{Ask, Attempt, Engine};
 use crate::config::Backoff;
 use crate::error::{Error, Result};
-use crate::lease::{Held, validity};
+use crate::lease::Held;
 use crate::notify::Waiter;
 use crate::protocol::wake::Grant;
 use crate::protocol::{Claim, queue};
@@ -110,7 +110,8 @@ impl Attempts<'_> {
             }));
         };
         let (granted_after, _) = waiting.filter(|(sent, ticket)| {
-            grant.ticket == Some(*ticket) && after(*sent, validity(grant.term)) > Instant::now()
+            grant.ticket == Some(*ticket)
+                && after(*sent, self.engine.core.config.drift.validity(grant.term)) > Instant::now()
         })?;
         // Redis removed the place when it handed the hold over.
         if let Some(lease) = take(place).take() {

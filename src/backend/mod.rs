@@ -6,15 +6,18 @@
 //! and hands back the decoded reply. The backend is one server ([`single::Node`]: every script
 //! over one multiplexed connection, run by SHA with the source as the fallback, [`Script`],
 //! [`By`]) or, with the `cluster` feature, a Redis Cluster (`cluster::Node`: each call routed by
-//! the hash slot of its first key, batches grouped by slot, wake-ups by sharded pub/sub). The
-//! seam is [`Backend::run`] and [`Backend::batch_group`]: a quorum of independent servers can run
-//! a request on each and vote on the decoded replies, without the layers above changing.
+//! the hash slot of its first key, batches grouped by slot, wake-ups by sharded pub/sub), or N
+//! independent servers for Redlock ([`Quorum`]: a request carried to every server at once, each
+//! call bounded by a deadline, the decoded replies handed back as they come, for the layers
+//! above to count). The seam is [`Backend::run`] and [`Backend::batch_group`], and
+//! [`Backend::as_quorum`] where replies are voted on.
 //!
 //! Wake-ups come from one subscription connection per server, which tells a [`Listener`] (the
 //! client's waiter registry) what it hears, and subscribes to what its [`Subscriber`] asks for.
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod quorum;
 mod script;
 mod single;
 #[cfg(feature = "cluster")]
@@ -27,6 +30,7 @@ use deadpool_redis::Pool;
 use redis::Value;
 use tokio::sync::watch;
 
+pub(crate) use quorum::Quorum;
 #[cfg(test)]
 pub(crate) use script::Publish;
 pub(crate) use script::{By, Call, Script};
@@ -59,6 +63,8 @@ enum Servers {
     /// A Redis Cluster.
     #[cfg(feature = "cluster")]
     Cluster(cluster::Node),
+    /// Independent servers voting (Redlock).
+    Quorum(Quorum),
 }
 
 /// How a cluster backend reaches the cluster.
@@ -167,12 +173,52 @@ impl Backend {
         })
     }
 
+    /// Independent servers (Redlock, with `settings`), each reached through its pool for requests (each new
+    /// connection loading `scripts`) and through its client for its subscription; the
+    /// subscriptions serve `listener` the channels `requests` ask for until `shutdown`'s
+    /// sender is dropped. Must be called inside a tokio runtime.
+    pub(crate) fn quorum(
+        settings: crate::config::Redlock,
+        servers: Vec<(Pool, redis::Client)>,
+        scripts: Vec<&'static Script>,
+        listener: Arc<dyn Listener>,
+        requests: Requests,
+        shutdown: watch::Receiver<()>,
+    ) -> Self {
+        Self {
+            servers: Servers::Quorum(quorum::start(
+                settings, servers, &scripts, listener, requests, shutdown,
+            )),
+        }
+    }
+
+    /// The independent servers of a Redlock client, which the layers above ask one by one and
+    /// count the answers of; `None` for one server or a cluster.
+    pub(crate) fn as_quorum(&self) -> Option<&Quorum> {
+        match &self.servers {
+            Servers::Quorum(quorum) => Some(quorum),
+            _ => None,
+        }
+    }
+
     /// Runs `request` and decodes its reply.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redlock client, whose requests
+    /// go through [`as_quorum`](Self::as_quorum): one reply cannot stand for the servers'
+    /// votes.
     pub(crate) async fn run<R: Request>(&self, request: &R) -> Result<R::Reply> {
         let raw = match &self.servers {
             Servers::Single(node) => node.invoke(request).await?,
             #[cfg(feature = "cluster")]
             Servers::Cluster(node) => node.invoke(request).await?,
+            Servers::Quorum(_) => {
+                return Err(crate::error::Error::Unsupported {
+                    what: "this operation on a Redlock client",
+                    reason: "it has no majority vote",
+                });
+            }
         };
         request.decode(raw)
     }
@@ -182,7 +228,7 @@ impl Backend {
     /// keys of one hash slot only.
     pub(crate) fn batch_group(&self, key: &str) -> u16 {
         match &self.servers {
-            Servers::Single(_) => {
+            Servers::Single(_) | Servers::Quorum(_) => {
                 let _ = key;
                 0
             }

@@ -68,6 +68,7 @@ impl By {
     }
 
     /// The same form by `EVAL`: from the source.
+    #[cfg_attr(not(any(test, feature = "cluster")), allow(dead_code))]
     pub(crate) const fn source(self) -> Self {
         Self {
             source: true,
@@ -124,6 +125,7 @@ impl Script {
             cmd,
             keys_left: keys,
             once: once.then(Once::default),
+            source: form.source,
         }
     }
 }
@@ -136,6 +138,8 @@ pub(crate) struct Call {
     keys_left: usize,
     /// For a script run once per request: its request log key, once known.
     once: Option<Once>,
+    /// The source of the script's form, for [`by_source`].
+    source: &'static str,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +190,13 @@ impl Call {
         self
     }
 
+    /// The command, ready to send, and the source of its script (for [`by_source`], should
+    /// the server lack the script).
+    pub(crate) fn into_parts(self) -> (Cmd, &'static str) {
+        let source = self.source;
+        (self.into_cmd(), source)
+    }
+
     /// The command, ready to send (a call run once per request gets its request id last, or
     /// an empty one when it is repeatable).
     pub(crate) fn into_cmd(mut self) -> Cmd {
@@ -203,6 +214,19 @@ impl Call {
         }
         self.cmd
     }
+}
+
+/// The `EVAL` of `source` with the keys and arguments of `by_hash`, an `EVALSHA` call: for a
+/// server that does not have the script cached.
+pub(crate) fn by_source(by_hash: &Cmd, source: &str) -> Cmd {
+    let mut cmd = Cmd::with_capacity(by_hash.args_iter().count(), source.len() + 256);
+    cmd.arg("EVAL").arg(source);
+    for arg in by_hash.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            cmd.arg(bytes);
+        }
+    }
+    cmd
 }
 
 #[cfg(test)]
@@ -235,6 +259,13 @@ mod tests {
         let by_source = write(plain.source());
         assert!(String::from_utf8_lossy(&by_source).starts_with("*7\r\n$4\r\nEVAL\r\n"));
         assert!(String::from_utf8_lossy(&by_source).contains("return 1"));
+        let mut call = script.call(plain, 2);
+        call.key("k1").key("k2").arg(7).arg("x");
+        let (cmd, source) = call.into_parts();
+        assert_eq!(
+            super::by_source(&cmd, source).get_packed_command(),
+            by_source
+        );
     }
 
     #[test]

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
-use redis::{ErrorKind, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Request;
-use super::script::{By, Publish, Script};
+use super::script::{By, Publish, Script, by_source};
 use crate::error::Result;
 
 /// How long requests may go unanswered (each timing out) before the connection is given up for
@@ -81,13 +81,17 @@ impl Node {
     /// script cached is sent its source (`EVAL`), which runs and caches it at once: a cache
     /// flushed again in between cannot fail the call, as a load followed by a retry could.
     pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
+        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
+        self.send(&by_hash, source).await
+    }
+
+    /// Sends `by_hash`, the `EVALSHA` call of the script whose source is `source` (sent
+    /// instead, by `EVAL`, to a server that lacks it), and returns its raw reply.
+    pub(crate) async fn send(&self, by_hash: &Cmd, source: &str) -> Result<Value> {
         let mut conn = self.connection().await?;
-        let by = By::hash(Publish::Plain);
-        let by_hash = request.call(by).into_cmd();
         let reply = match by_hash.query_async(&mut conn).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let by_source = request.call(by.source()).into_cmd();
-                by_source.query_async(&mut conn).await
+                by_source(by_hash, source).query_async(&mut conn).await
             }
             other => other,
         };

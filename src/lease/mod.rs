@@ -5,6 +5,7 @@
 //! This layer renews and releases holds through the protocol's operations, never through a
 //! primitive: a hold knows its family and op, which say which script serves it.
 
+mod quorum;
 pub(crate) mod release;
 mod view;
 pub(crate) mod watchdog;
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 pub use view::HoldView;
 
 use crate::backend::Backend;
-use crate::config::lease_ms;
+use crate::config::{Drift, lease_ms};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::protocol::{Family, Op, foreign};
@@ -28,15 +29,6 @@ use crate::token::OwnerToken;
 use watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// How long a lease granted by a request is known to run, counted from when the request was
-/// sent: the lease, less 2 ms and 1 % of it. Redis measures a lease in whole milliseconds of
-/// its own clock from when it ran the request (so up to a millisecond earlier than a clock
-/// reading in between would say), and two clocks need not tick at exactly the same rate; the
-/// allowance is Redlock's.
-pub(crate) fn validity(lease: Duration) -> Duration {
-    lease.saturating_sub(Duration::from_millis(2) + lease / 100)
-}
 
 /// One hold of a lock, shared by its guard and the background tasks.
 #[derive(Debug)]
@@ -55,7 +47,10 @@ pub(crate) struct Hold {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (false for a fixed lease).
     pub(crate) renew: bool,
-    /// Conservative local estimate of when the lease runs out (see [`validity`]).
+    /// What of a lease is not counted on.
+    pub(crate) drift: Drift,
+    /// Conservative local estimate of when the lease runs out: from just before the request
+    /// that granted or last renewed it was sent, the lease less the drift allowance.
     expires_at: StdMutex<Instant>,
     /// A release handed this hold over: the watchdog renews it once even if its lease is
     /// fixed, and that renewal is also the waiter's answer (see `queue_lib.lua`).
@@ -75,6 +70,7 @@ impl Hold {
         owner: String,
         lease: Duration,
         renew: bool,
+        drift: Drift,
         sent_at: Instant,
     ) -> Self {
         Self {
@@ -86,7 +82,8 @@ impl Hold {
             owner,
             lease,
             renew,
-            expires_at: StdMutex::new(after(sent_at, validity(lease))),
+            drift,
+            expires_at: StdMutex::new(after(sent_at, drift.validity(lease))),
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             lost: watch::Sender::new(false),
@@ -137,7 +134,7 @@ impl Hold {
     /// Redis confirmed, for a request sent at `sent_at`, that the lease runs at least `lease`.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut at = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-        *at = (*at).max(after(sent_at, validity(lease)));
+        *at = (*at).max(after(sent_at, self.drift.validity(lease)));
     }
 }
 

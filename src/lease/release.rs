@@ -47,6 +47,9 @@ async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>
 
 /// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family.
 pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
+    if let Some(quorum) = backend.as_quorum() {
+        return super::quorum::release(quorum, hold).await;
+    }
     match hold.family {
         Family::Mutex => {
             backend
@@ -54,6 +57,7 @@ pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
                     name: &hold.name,
                     keys: &hold.keys,
                     owner: &hold.owner,
+                    message: None,
                 })
                 .await
         }
@@ -75,8 +79,11 @@ pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
 /// Renews holds, each to at least its given lease in ms: one script call per script family and
 /// per group of keys the backend takes in one call (on a cluster, a hash slot), the calls in
 /// flight together. One status per item, in order: `1` renewed, `0` not held any more,
-/// negative for foreign data.
+/// negative for foreign data. A Redlock client asks every node and counts (see [`super::quorum`]).
 pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<Vec<i64>> {
+    if let Some(quorum) = backend.as_quorum() {
+        return super::quorum::extend(quorum, items).await;
+    }
     // (is a mutex, batch group) -> item indices, in first-seen order.
     let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
     for (i, (hold, _)) in items.iter().enumerate() {

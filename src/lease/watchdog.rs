@@ -352,6 +352,7 @@ mod tests {
             "owner".into(),
             Duration::from_millis(lease_ms),
             true,
+            crate::config::Drift::default(),
             Instant::now(),
         ))
     }

@@ -221,3 +221,49 @@ fn parse(name: &str, raw: Value, keys: &LockKeys) -> Result<Snapshot> {
         waiters,
     })
 }
+
+/// What a Redlock client's servers say of a name, as one snapshot: one whose holders (by id)
+/// the most servers report (the first such, in the order the answers came), with the highest
+/// fencing token that `majority` servers have reached (a node that granted late may be ahead
+/// of the holder's token; no later acquisition can be granted a token below this one). An
+/// empty list gives an empty snapshot.
+pub(crate) fn agreed(answers: Vec<Snapshot>, majority: usize) -> Snapshot {
+    let ids = |s: &Snapshot| -> Vec<String> { s.holders.iter().map(|h| h.id.clone()).collect() };
+    let mut tokens: Vec<u64> = answers
+        .iter()
+        .filter_map(|s| s.last_fencing_token)
+        .collect();
+    tokens.sort_unstable_by(|a, b| b.cmp(a));
+    let last_token = tokens
+        .get(majority.saturating_sub(1))
+        .or(tokens.last())
+        .copied();
+    let mut best: Option<(usize, Snapshot)> = None;
+    for answer in &answers {
+        let agreeing = answers.iter().filter(|a| ids(a) == ids(answer)).count();
+        if best.as_ref().is_none_or(|(most, _)| agreeing > *most) {
+            best = Some((agreeing, answer.clone()));
+        }
+    }
+    let mut snapshot = best.map(|(_, s)| s).unwrap_or_else(|| Snapshot {
+        name: String::new(),
+        kind: None,
+        holders: Vec::new(),
+        waiters: Vec::new(),
+        permits_in_use: None,
+        capacity: None,
+        last_fencing_token: None,
+    });
+    snapshot.last_fencing_token = last_token;
+    snapshot
+}
+
+/// What a Redlock client's `force_unlock` removed: the most holders and waiters any server
+/// removed, and the kind any server found.
+pub(crate) fn most(answers: Vec<ForceUnlocked>) -> ForceUnlocked {
+    ForceUnlocked {
+        kind: answers.iter().find_map(|a| a.kind),
+        holders: answers.iter().map(|a| a.holders).max().unwrap_or_default(),
+        waiters: answers.iter().map(|a| a.waiters).max().unwrap_or_default(),
+    }
+}

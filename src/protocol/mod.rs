@@ -53,6 +53,16 @@ impl Family {
         }
     }
 
+    /// What it is called in the public API, for error messages.
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            Self::Mutex => "Mutex",
+            Self::Fair => "FairMutex",
+            Self::Semaphore => "Semaphore",
+            Self::RwLock => "RwLock",
+        }
+    }
+
     /// Its waiters queue in Redis (everything but the plain mutex).
     pub(crate) fn is_queued(self) -> bool {
         self != Self::Mutex

@@ -1,10 +1,11 @@
-//! The plain mutex's scripts: `mutex_acquire`, `mutex_release` and `mutex_extend` (see
-//! `lua/README.md` for their contracts).
+//! The plain mutex's scripts: `mutex_acquire`, `mutex_release`, `mutex_extend`, and
+//! `mutex_confirm` (the second round of a Redlock acquisition's fencing; see `lua/README.md` for
+//! their contracts).
 
 use redis::Value;
 
 use super::reply::{Reply, statuses};
-use super::scripts::{MUTEX_ACQUIRE, MUTEX_EXTEND, MUTEX_RELEASE};
+use super::scripts::{MUTEX_ACQUIRE, MUTEX_CONFIRM, MUTEX_EXTEND, MUTEX_RELEASE};
 use super::{Answer, Claim, MUTEX_LAYOUT, ms};
 use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
@@ -61,6 +62,9 @@ pub(crate) struct Release<'a> {
     pub(crate) name: &'a str,
     pub(crate) keys: &'a LockKeys,
     pub(crate) owner: &'a str,
+    /// What to publish when the lock becomes free, instead of `1` (a Redlock release's
+    /// `1@<release id>`, the same on every node).
+    pub(crate) message: Option<&'a str>,
 }
 
 impl Request for Release<'_> {
@@ -71,6 +75,9 @@ impl Request for Release<'_> {
         call.key(&self.keys.lock)
             .arg(self.owner)
             .arg(&self.keys.wake);
+        if let Some(message) = self.message {
+            call.arg(message);
+        }
         call
     }
 
@@ -118,5 +125,46 @@ impl Request for Extend<'_> {
 
     fn decode(&self, raw: Value) -> Result<Vec<i64>> {
         statuses("mutex_extend", raw, self.items.len())
+    }
+}
+
+/// The second round of a Redlock acquisition: raises the node's fencing counter to `fence`
+/// where `owner` still holds the lock. `true` when confirmed, `false` when the owner does not
+/// hold it there.
+#[derive(Debug)]
+pub(crate) struct Confirm<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) fence: u64,
+    pub(crate) fence_ttl_ms: u64,
+}
+
+impl Request for Confirm<'_> {
+    type Reply = bool;
+
+    fn call(&self, by: By) -> Call {
+        let mut call = MUTEX_CONFIRM.call(by, 2);
+        call.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(self.owner)
+            .arg(self.fence)
+            .arg(self.fence_ttl_ms);
+        call
+    }
+
+    fn decode(&self, raw: Value) -> Result<bool> {
+        if let Value::Int(status) = raw {
+            return match status {
+                1 => Ok(true),
+                0 => Ok(false),
+                other => Err(Error::Protocol {
+                    script: "mutex_confirm",
+                    detail: format!("status {other}"),
+                }),
+            };
+        }
+        let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
+        let (status, reply) = Reply::decode("mutex_confirm", raw, &keys, MUTEX_LAYOUT)?;
+        Err(reply.unexpected(status))
     }
 }

@@ -55,6 +55,7 @@ macro_rules! script {
 script!(once MUTEX_ACQUIRE, "mutex_acquire.lua");
 script!(once MUTEX_RELEASE, "mutex_release.lua");
 script!(MUTEX_EXTEND, "mutex_extend.lua");
+script!(MUTEX_CONFIRM, "mutex_confirm.lua");
 script!(
     once QUEUE_ACQUIRE,
     "keys_lib.lua",
@@ -82,6 +83,7 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &MUTEX_ACQUIRE,
         &MUTEX_RELEASE,
         &MUTEX_EXTEND,
+        &MUTEX_CONFIRM,
         &QUEUE_ACQUIRE,
         &QUEUE_RELEASE,
         &QUEUE_EXTEND,
@@ -108,13 +110,18 @@ mod tests {
             ),
             (
                 &*MUTEX_RELEASE,
-                "af688937956e50a635b8eb4bb5f32b1583d9df7a",
-                "655bc034777f5bf5aadfa564f6e57222ce57bcb6",
+                "34277f200b4532718e9e4915c676d1da092c4829",
+                "3fc2fade93ea660c3754a8878aec5b59a8dd1e08",
             ),
             (
                 &*MUTEX_EXTEND,
                 "90a36e9863f2cc962a72e1f1d89df945fbd7e0a1",
                 "4c8fb1c3d1a8a6ac599f8a2d0ace651ba835a09f",
+            ),
+            (
+                &*MUTEX_CONFIRM,
+                "f8b98c9642fb6a4187a841c3d9d8bc91448dc2fd",
+                "3a826f7eb605fe43add4e0eb18d7c088c8bc1143",
             ),
             (
                 &*QUEUE_ACQUIRE,
@@ -162,6 +169,10 @@ mod tests {
             (
                 "mutex_extend",
                 include_str!("../../lua/v1/mutex_extend.lua"),
+            ),
+            (
+                "mutex_confirm",
+                include_str!("../../lua/v1/mutex_confirm.lua"),
             ),
         ];
         let queue = [

@@ -1,7 +1,8 @@
 //! The messages releases publish on a name's channel (`<prefix>:{<name>}:wake`):
 //!
 //! * a number `n`: `n` waiters may go (the plain mutex: `1`; each client wakes its oldest
-//!   local waiter);
+//!   local waiter), optionally followed by `@` and a release id (a Redlock release, which every
+//!   node publishes alike: the client hears it once);
 //! * space-separated waiter ids (`client/owner`), each optionally with
 //!   `:<fence>:<ms>:<ticket>`: those waiters of the queued primitives, and only those, are
 //!   woken. With the suffix, the release handed that waiter's place in the queue (the one with
@@ -47,6 +48,10 @@ pub(crate) fn parse(payload: &[u8]) -> Wake<'_> {
     if let Ok(n) = text.parse() {
         return Wake::Count(n);
     }
+    // `n@<release id>`: a Redlock release, published alike by every node.
+    if let Some(n) = text.split_once('@').and_then(|(n, _)| n.parse().ok()) {
+        return Wake::Count(n);
+    }
     if text.is_empty() {
         return Wake::Count(1);
     }
@@ -83,6 +88,7 @@ mod tests {
     #[test]
     fn messages_read_as_the_scripts_write_them() {
         assert_eq!(parse(b"1"), Wake::Count(1));
+        assert_eq!(parse(b"1@3f2a9c"), Wake::Count(1));
         assert_eq!(parse(b"\xff"), Wake::Count(1));
         assert_eq!(parse(b""), Wake::Count(1));
         assert_eq!(

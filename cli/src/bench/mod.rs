@@ -14,6 +14,7 @@ mod chart;
 mod cluster;
 mod library;
 mod plan;
+mod redlock;
 mod report;
 mod scenarios;
 
@@ -32,6 +33,9 @@ pub use library::{
     redlatch_entry,
 };
 pub use plan::{Plan, parse_hold_ms};
+pub use redlock::{
+    RedlockBed, RedlockRow, RedlockScenario, redlatch_redlock_rows, redlock_peer_row,
+};
 pub use report::Record;
 
 use chart::chart;
@@ -60,6 +64,9 @@ pub struct Bench {
     /// The cluster scenario's seeds and entries, when it runs: the same figures on a Redis
     /// Cluster, in the same run.
     pub cluster: Option<(Vec<String>, Vec<Entry>)>,
+    /// The Redlock scenario, when it runs: acquire latency over independent servers of the
+    /// tool's own, beside one of them alone, in the same run.
+    pub redlock: Option<RedlockScenario>,
 }
 
 impl Bench {
@@ -102,6 +109,9 @@ impl Bench {
                     .filter(|e| e.name == "redlatch-fair-cluster")
                     .map(|e| Job::ClusterContended(e, 16)),
             );
+        }
+        if let Some(redlock) = &self.redlock {
+            jobs.extend(redlock.rows.iter().map(Job::Redlock));
         }
         jobs
     }
@@ -154,6 +164,7 @@ impl Bench {
         let machine = machine(&mut conn).await;
         print_table(&records);
         let cluster = cluster::summary(&records);
+        let redlock = redlock::summary(&records);
         println!(
             "{} mode, {:.0} s, {} server; raw EVALSHA acquire+release, {raw_tasks} tasks: \
              {raw_cycles_per_s:.0} cycles/s",
@@ -174,6 +185,7 @@ impl Bench {
             "steal_pct": steal_pct,
             "machine": machine,
             "cluster": cluster,
+            "redlock": redlock,
             "records": records.iter().map(Record::json).collect::<Vec<_>>(),
         });
         std::fs::create_dir_all(&self.out_dir)?;
@@ -230,6 +242,10 @@ impl Bench {
                             cluster::contended(entry, seeds, &self.prefix, tasks, plan).await
                         }
                         None => Err("no cluster".into()),
+                    },
+                    Job::Redlock(row) => match &self.redlock {
+                        Some(scenario) => redlock::acquire(row, &scenario.bed, plan.phase).await,
+                        None => Err("no Redlock servers".into()),
                     },
                 };
                 let record = match record {

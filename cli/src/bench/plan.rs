@@ -118,6 +118,8 @@ pub(crate) enum Job<'a> {
     Latency(&'a Entry),
     /// Tasks of one client on one name of the cluster.
     ClusterContended(&'a Entry, usize),
+    /// One task's acquire latency over the Redlock scenario's servers.
+    Redlock(&'a super::RedlockRow),
 }
 
 impl Job<'_> {
@@ -136,6 +138,7 @@ impl Job<'_> {
             Job::Watchdog => format!("watchdog: {} guards", plan.watchdog_guards),
             Job::Latency(e) => format!("latency: {}", e.name),
             Job::ClusterContended(e, tasks) => format!("contended: {} x{tasks}", e.name),
+            Job::Redlock(row) => format!("redlock acquire: {}", row.entry.name),
         }
     }
 }

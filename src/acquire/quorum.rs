@@ -1,0 +1,200 @@
+//! One Redlock attempt: the plain mutex's acquisition asked of N independent servers at once.
+//!
+//! 1. The clock starts before the first send. `mutex_acquire` goes to every node, each call
+//!    bounded by the node timeout and by the validity left; the attempt decides as soon as a
+//!    majority granted, or as soon as so many refused or failed that no majority can.
+//! 2. A grant counts only if the validity left (lease − elapsed − drift allowance) is still
+//!    positive. Its fencing token is the highest counter the granting nodes returned (each at
+//!    least its clock in µs). With [`Fencing::Quorum`], a second round (`mutex_confirm`) raises
+//!    every node's counter to that token where the owner still holds the lock, and the attempt
+//!    succeeds only if a majority confirmed within the validity.
+//! 3. A failure gives back what it may have taken, in the background and without a wake-up
+//!    message (nobody held the lock): on every node for a fresh owner unless every node
+//!    refused (a node that has not answered yet may still grant, and runs the release after
+//!    the acquisition, on the same connection), so the caller does not wait for stragglers.
+//!    A fresh owner's attempt uses an owner token of its own, so what one attempt left behind
+//!    is never taken for the next attempt's hold.
+//! 4. A split vote (some grants, no majority) answers busy for a random pause around the
+//!    backoff minimum, so that contenders retry out of step; a plain busy answer waits for a
+//!    release's message, or the backoff maximum at the latest (the holds it met may have been
+//!    other contenders' grants, given back without a word).
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+
+use super::engine::OnCancel;
+use super::{Ask, Attempt, Engine};
+use crate::backend::Quorum;
+use crate::config::{FENCE_TTL, Fencing, lease_ms, millis};
+use crate::error::Result;
+use crate::lease::Held;
+use crate::protocol::{Answer, Claim, mutex};
+use crate::time::after;
+use crate::token::OwnerToken;
+
+/// One attempt on `quorum` (see the module docs).
+pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<Attempt<Held>> {
+    let ask = if ask.claim == Claim::New {
+        Ask {
+            owner: OwnerToken::new(),
+            ..ask
+        }
+    } else {
+        ask
+    };
+    let owner = ask.owner.as_field();
+    let lease_ms = lease_ms(engine.lease)?;
+    let started = Instant::now();
+    let valid_until = after(started, engine.core.config.drift.validity(engine.lease));
+    let node_deadline = after(started, quorum.node_timeout(engine.lease)).min(valid_until);
+    let fresh = ask.claim.is_fresh();
+    // Cancelled between the first send and the answer: whatever a fresh owner got is released
+    // on every node. (A carried owner's attempt runs in a task of its own, never cancelled.)
+    let cancelled = OnCancel::new(|| {
+        if fresh {
+            engine.abandon(ask, false);
+        }
+    });
+    let request = mutex::Acquire {
+        keys: &engine.keys,
+        owner: &owner,
+        lease_ms,
+        fence_ttl_ms: millis(FENCE_TTL),
+        claim: ask.claim,
+    };
+    let majority = quorum.majority();
+    let refusals_allowed = quorum.len() - majority;
+    let mut granted: Vec<(usize, u64)> = Vec::with_capacity(quorum.len());
+    let mut waits = Vec::new();
+    let mut failure = None;
+    let mut failed = 0;
+    let mut replies = quorum.each(&request, node_deadline);
+    while let Some((node, reply)) = replies.next().await {
+        match reply {
+            Ok(Answer::Granted { fence }) => granted.push((node, fence)),
+            Ok(Answer::Busy { wait, .. }) => waits.push(wait),
+            Err(err) => {
+                failed += 1;
+                failure.get_or_insert(err);
+            }
+        }
+        // A carried owner's attempt hears every node out (within the node timeout), so that
+        // a failure gives back exactly the holds it added.
+        if granted.len() >= majority || (fresh && waits.len() + failed > refusals_allowed) {
+            break;
+        }
+    }
+    drop(replies);
+    let mut fence = granted.iter().map(|(_, f)| *f).max().unwrap_or_default();
+    let mut won = granted.len() >= majority && Instant::now() < valid_until;
+    // A re-entry keeps its hold's token: nothing to confirm.
+    if won && ask.claim != Claim::Again && quorum.settings().fencing == Fencing::Quorum {
+        won = confirm(quorum, engine, &owner, fence, valid_until).await;
+    }
+    cancelled.disarm();
+    if won {
+        if ask.claim == Claim::Again {
+            // A re-entry keeps its hold's token (the caller sets it); this one is not used.
+            fence = 0;
+        }
+        return Ok(Attempt::Acquired(engine.held(ask, owner, fence, started)));
+    }
+    // Nodes that did not answer may grant yet: a fresh owner gives back unless every node
+    // refused.
+    let all_refused = granted.is_empty() && waits.len() == quorum.len();
+    if !all_refused && (fresh || !granted.is_empty()) {
+        give_back(engine, ask, &owner, &granted);
+    }
+    let config = &engine.core.config;
+    if !granted.is_empty() {
+        // A split vote: nobody may hold the lock, and the grants given back announce nothing.
+        // Try again after a random pause, out of step with the other contenders.
+        let pause = config.backoff_min.mul_f64(0.5 + fastrand::f64());
+        return Ok(Attempt::Busy(Some(pause)));
+    }
+    match (waits.iter().flatten().min(), failure) {
+        // Held, as far as these nodes say: a release will say when it is free. The nodes'
+        // holds may be other contenders' grants, which are given back without a word: look
+        // again after the backoff maximum at the latest.
+        (Some(wait), _) => Ok(Attempt::Busy(Some((*wait).min(config.backoff_max)))),
+        (None, _) if !waits.is_empty() => Ok(Attempt::Busy(Some(config.backoff_max))),
+        (None, Some(err)) => Err(err),
+        // A majority granted, but too late to be used.
+        (None, None) => Ok(Attempt::Busy(Some(config.backoff_min))),
+    }
+}
+
+/// The second round: raises each node's counter to `fence` where `owner` still holds the
+/// lock. True when a majority confirmed before `valid_until`.
+async fn confirm(
+    quorum: &Quorum,
+    engine: &Engine,
+    owner: &str,
+    fence: u64,
+    valid_until: Instant,
+) -> bool {
+    let request = mutex::Confirm {
+        keys: &engine.keys,
+        owner,
+        fence,
+        fence_ttl_ms: millis(FENCE_TTL),
+    };
+    let deadline = after(Instant::now(), quorum.node_timeout(engine.lease)).min(valid_until);
+    let majority = quorum.majority();
+    let (mut confirmed, mut refused) = (0, 0);
+    let mut replies = quorum.each(&request, deadline);
+    while let Some((_, reply)) = replies.next().await {
+        match reply {
+            Ok(true) => confirmed += 1,
+            Ok(false) | Err(_) => refused += 1,
+        }
+        if confirmed >= majority || refused > quorum.len() - majority {
+            break;
+        }
+    }
+    confirmed >= majority && Instant::now() < valid_until
+}
+
+/// Gives back, in the background and without a wake-up message, what a failed attempt took: a
+/// fresh owner releases on every node (a node that has not answered yet runs the release after
+/// the acquisition); a carried owner, whose other holds must stay, releases one hold on each
+/// node that granted.
+fn give_back(engine: &Engine, ask: Ask, owner: &str, granted: &[(usize, u64)]) {
+    let backend = Arc::clone(&engine.core.backend);
+    let (name, keys) = (Arc::clone(&engine.name), Arc::clone(&engine.keys));
+    let owner = owner.to_owned();
+    let nodes: Option<Vec<usize>> =
+        (!ask.claim.is_fresh()).then(|| granted.iter().map(|(node, _)| *node).collect());
+    let lease = engine.lease;
+    tokio::spawn(async move {
+        let Some(quorum) = backend.as_quorum() else {
+            return;
+        };
+        let request = mutex::Release {
+            name: &name,
+            keys: &keys,
+            owner: &owner,
+            message: Some(""),
+        };
+        let deadline = after(Instant::now(), quorum.node_timeout(lease));
+        let answers: Vec<_> = match nodes {
+            None => quorum.each(&request, deadline).collect().await,
+            Some(nodes) => {
+                let mut answers = Vec::new();
+                for node in nodes {
+                    answers.push((node, quorum.on(node, &request, deadline).await));
+                }
+                answers
+            }
+        };
+        for (node, answer) in answers {
+            if let Err(err) = answer
+                && !matches!(err, crate::error::Error::NotHeld { .. })
+            {
+                tracing::debug!(lock = %name, node, error = %err, "giving back a failed attempt's grant failed; its lease will run out");
+            }
+        }
+    });
+}

@@ -1,0 +1,317 @@
+//! Redlock: N independent Redis servers, each reached as one server is ([`Node`]), and asked
+//! together. This module carries a request to every node at once, each call bounded by a
+//! deadline, and hands back the replies as they come; how they are counted (a majority of
+//! grants, of renewals, of confirmations) belongs to the layers above, which know what a reply
+//! means.
+//!
+//! Each node has its wake-up subscription, all feeding the client's one waiter registry through
+//! a [`Merged`] listener: a release is published by every node that ran it, and a message heard
+//! again from another node (the same channel and payload, within [`ECHO`]) is dropped, so a
+//! waiter wakes once. Push counts as up while any node's subscription is.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::script::{By, Publish};
+use super::single::Node;
+use super::subscription::{self, Listener, Requests};
+use super::{Request, Script};
+use crate::config::Redlock;
+use crate::error::{Error, Result};
+
+/// How long a message is remembered, to drop the same message heard from another node.
+const ECHO: Duration = Duration::from_secs(2);
+/// The most messages remembered at once.
+const ECHO_LIMIT: usize = 8192;
+/// How long a call to one node may run, answered or not, before it is given up.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// The independent servers of a Redlock client.
+#[derive(Debug)]
+pub(crate) struct Quorum {
+    nodes: Vec<Arc<Node>>,
+    settings: Redlock,
+}
+
+impl Quorum {
+    /// The client's Redlock settings.
+    pub(crate) fn settings(&self) -> &Redlock {
+        &self.settings
+    }
+
+    /// How long one node may take to answer one call about holds of `lease`.
+    pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
+        self.settings.node_timeout(lease)
+    }
+
+    /// How many servers there are.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// How many make a majority.
+    pub(crate) fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Runs `request` on node `node`, waiting for its answer until `deadline` (a timeout
+    /// error after). The request itself runs to the end whether or not anyone waits for it
+    /// (see [`each`](Self::each)).
+    pub(crate) async fn on<R: Request>(
+        &self,
+        node: usize,
+        request: &R,
+        deadline: Instant,
+    ) -> Result<R::Reply> {
+        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
+        self.send(node, Arc::new(by_hash), source, request, deadline)
+            .await
+    }
+
+    /// Runs `request` on every node at once, waiting for each answer until `deadline`: the
+    /// replies, with the node that gave each, in the order they come.
+    ///
+    /// Each call is put on its node's connection when the set is first polled, in the order
+    /// the caller made its calls, and then runs in a task of its own, to the end (an answer,
+    /// a connection failure, or [`LINGER`]), whether or not anyone still waits for it:
+    /// dropping the set stops waiting, never sending. A release that follows an acquisition
+    /// reaches a slow node after it, even if nobody waited for the acquisition's answer.
+    pub(crate) fn each<'a, R: Request>(
+        &'a self,
+        request: &'a R,
+        deadline: Instant,
+    ) -> FuturesUnordered<impl Future<Output = (usize, Result<R::Reply>)> + 'a> {
+        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
+        let by_hash = Arc::new(by_hash);
+        (0..self.nodes.len())
+            .map(|node| {
+                let by_hash = Arc::clone(&by_hash);
+                async move {
+                    let reply = self.send(node, by_hash, source, request, deadline).await;
+                    (node, reply)
+                }
+            })
+            .collect()
+    }
+
+    async fn send<R: Request>(
+        &self,
+        node: usize,
+        by_hash: Arc<redis::Cmd>,
+        source: &'static str,
+        request: &R,
+        deadline: Instant,
+    ) -> Result<R::Reply> {
+        let Some(server) = self.nodes.get(node).map(Arc::clone) else {
+            return Err(Error::Protocol {
+                script: "quorum",
+                detail: format!("no node {node}"),
+            });
+        };
+        let mut call = Box::pin(async move {
+            tokio::time::timeout(LINGER, server.send(&by_hash, source))
+                .await
+                .unwrap_or_else(|_| Err(no_answer()))
+        });
+        // The first step, here and now, puts the request on the node's connection: whatever
+        // the caller sends that node afterwards (a release after an acquisition) runs after it.
+        // The task that takes over then runs it to the end.
+        let first = call
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        let call = match first {
+            std::task::Poll::Ready(raw) => return request.decode(raw?),
+            std::task::Poll::Pending => tokio::spawn(call),
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(raw)) => request.decode(raw?),
+            Ok(Err(_)) => Err(Error::Protocol {
+                script: "quorum",
+                detail: "a node's call stopped without an answer".into(),
+            }),
+            Err(_) => Err(no_answer()),
+        }
+    }
+}
+
+/// What a node that did not answer in time fails with: as a timeout, an answer that may be lost.
+fn no_answer() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the node did not answer in time",
+    )))
+}
+
+/// Starts the subscriptions of `servers` (one per node, feeding `listener`, subscribing to what
+/// `requests` ask for, until `shutdown`'s sender is dropped) and returns the nodes, each reached
+/// through its pool and loading `scripts` on every connection.
+pub(super) fn start(
+    settings: Redlock,
+    servers: Vec<(deadpool_redis::Pool, redis::Client)>,
+    scripts: &[&'static Script],
+    listener: Arc<dyn Listener>,
+    requests: Requests,
+    shutdown: watch::Receiver<()>,
+) -> Quorum {
+    let merged = Arc::new(Merged {
+        inner: listener,
+        up: servers.iter().map(|_| AtomicBool::new(false)).collect(),
+        idle: StdMutex::new(vec![Vec::new(); servers.len()]),
+        heard: StdMutex::new(Heard::default()),
+    });
+    let mut nodes = Vec::with_capacity(servers.len());
+    let mut subscribers = Vec::with_capacity(servers.len());
+    for (index, (pool, client)) in servers.into_iter().enumerate() {
+        let (subscriber, node_requests) = subscription::channel();
+        subscribers.push(subscriber);
+        let node_listener = Arc::new(NodeListener {
+            merged: Arc::clone(&merged),
+            index,
+        });
+        subscription::spawn(client, node_listener, node_requests, shutdown.clone());
+        nodes.push(Arc::new(Node::new(pool, scripts.to_vec())));
+    }
+    // Every channel the registry asks for is asked of every node.
+    let mut wanted = requests.into_inner();
+    tokio::spawn(async move {
+        while let Some(channel) = wanted.recv().await {
+            for subscriber in &subscribers {
+                subscriber.subscribe(&channel);
+            }
+        }
+    });
+    Quorum { nodes, settings }
+}
+
+/// The client's waiter registry, as heard through every node's subscription.
+struct Merged {
+    inner: Arc<dyn Listener>,
+    /// Which nodes' subscriptions are up.
+    up: Vec<AtomicBool>,
+    /// Channels the registry gave up, still to be unsubscribed on each node.
+    idle: StdMutex<Vec<Vec<String>>>,
+    heard: StdMutex<Heard>,
+}
+
+/// Messages heard lately, to drop the same message from another node.
+#[derive(Default)]
+struct Heard {
+    order: VecDeque<(Instant, (String, Vec<u8>))>,
+    seen: HashSet<(String, Vec<u8>)>,
+}
+
+impl Heard {
+    /// True the first time `channel` and `payload` are heard within [`ECHO`].
+    fn first(&mut self, channel: &str, payload: &[u8]) -> bool {
+        let now = Instant::now();
+        while let Some((at, _)) = self.order.front() {
+            if now.saturating_duration_since(*at) < ECHO && self.order.len() < ECHO_LIMIT {
+                break;
+            }
+            if let Some((_, key)) = self.order.pop_front() {
+                self.seen.remove(&key);
+            }
+        }
+        let key = (channel.to_owned(), payload.to_vec());
+        if !self.seen.insert(key.clone()) {
+            return false;
+        }
+        self.order.push_back((now, key));
+        true
+    }
+}
+
+/// One node's view of [`Merged`], given to that node's subscription task.
+struct NodeListener {
+    merged: Arc<Merged>,
+    index: usize,
+}
+
+impl Listener for NodeListener {
+    fn channels(&self) -> Vec<String> {
+        self.merged.inner.channels()
+    }
+
+    fn wants(&self, channel: &str) -> bool {
+        self.merged.inner.wants(channel)
+    }
+
+    fn connected(&self, channels: &[String]) {
+        if let Some(up) = self.merged.up.get(self.index) {
+            up.store(true, Ordering::Release);
+        }
+        self.merged.inner.connected(channels);
+    }
+
+    fn subscribed(&self, channel: &str) {
+        self.merged.inner.subscribed(channel);
+    }
+
+    fn disconnected(&self) {
+        if let Some(up) = self.merged.up.get(self.index) {
+            up.store(false, Ordering::Release);
+        }
+        // Another node's release messages still reach us while its subscription is up.
+        if !self.merged.up.iter().any(|up| up.load(Ordering::Acquire)) {
+            self.merged.inner.disconnected();
+        }
+    }
+
+    fn unheard(&self, channel: &str) {
+        self.merged.inner.unheard(channel);
+    }
+
+    fn message(&self, channel: &str, payload: &[u8]) {
+        let first = self
+            .merged
+            .heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first(channel, payload);
+        if first {
+            self.merged.inner.message(channel, payload);
+        }
+    }
+
+    fn idle(&self) -> Vec<String> {
+        let fresh = self.merged.inner.idle();
+        let mut idle = self.merged.idle.lock().unwrap_or_else(|p| p.into_inner());
+        for (node, list) in idle.iter_mut().enumerate() {
+            if node != self.index {
+                list.extend(fresh.iter().cloned());
+            }
+        }
+        let mut mine = idle
+            .get_mut(self.index)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        mine.extend(fresh);
+        mine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_message_heard_again_from_another_node_is_dropped() {
+        let mut heard = Heard::default();
+        assert!(heard.first("c", b"1@a"));
+        assert!(!heard.first("c", b"1@a"));
+        assert!(heard.first("c", b"1@b"));
+        assert!(heard.first("d", b"1@a"));
+        for i in 0..ECHO_LIMIT + 10 {
+            heard.first("e", i.to_string().as_bytes());
+        }
+        assert!(heard.order.len() <= ECHO_LIMIT);
+        assert_eq!(heard.order.len(), heard.seen.len());
+    }
+}

@@ -1,0 +1,617 @@
+//! Redlock over independent servers on loopback, each behind a proxy that can cut it off:
+//! exclusion, re-entry, a minority down, a slow node, fencing tokens that rise across any
+//! majorities, and restarts without persistence.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::{Config, Runtime};
+use redis::aio::MultiplexedConnection;
+use redlatch::{Error, Fencing, LockClient, LockClientBuilder};
+use redlatch_harness::check::{Section, overlaps};
+use redlatch_harness::proxy::{Mode, Proxy};
+use redlatch_harness::resource::Resource;
+use support::{RedisServer, racy_increment, unique, until, within};
+use tokio::time::Instant;
+
+/// `n` servers, each reached through a proxy, and a key prefix of the test's own.
+struct Nodes {
+    servers: Vec<RedisServer>,
+    proxies: Vec<Proxy>,
+    prefix: String,
+}
+
+impl Nodes {
+    async fn start(n: usize) -> Self {
+        Self::start_with(n, &[]).await
+    }
+
+    async fn start_with(n: usize, extra: &[&str]) -> Self {
+        let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_with(extra)).collect();
+        let mut proxies = Vec::new();
+        for server in &servers {
+            let addr = format!("127.0.0.1:{}", server.port())
+                .parse()
+                .expect("addr");
+            proxies.push(Proxy::start(addr).await.expect("proxy"));
+        }
+        Self {
+            servers,
+            proxies,
+            prefix: unique("redlock"),
+        }
+    }
+
+    fn builder(&self) -> LockClientBuilder {
+        let nodes = self.proxies.iter().map(|p| {
+            let pool = Config::from_url(p.url())
+                .create_pool(Some(Runtime::Tokio1))
+                .expect("pool");
+            (pool, p.url())
+        });
+        LockClient::redlock(nodes).key_prefix(&self.prefix)
+    }
+
+    fn client(&self) -> LockClient {
+        self.builder().build().expect("client")
+    }
+
+    /// Only the nodes in `reachable` answer.
+    fn reach(&self, reachable: &[usize]) {
+        for (i, proxy) in self.proxies.iter().enumerate() {
+            proxy.set(if reachable.contains(&i) {
+                Mode::Pass
+            } else {
+                Mode::Blackhole
+            });
+        }
+    }
+
+    /// A direct connection to server `i` (not through its proxy).
+    async fn conn(&self, i: usize) -> MultiplexedConnection {
+        redis::Client::open(self.servers[i].url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    }
+
+    /// The keys of this test on server `i`.
+    async fn keys(&self, i: usize) -> Vec<String> {
+        let mut conn = self.conn(i).await;
+        redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS")
+    }
+
+    /// Whether server `i` holds the lock hash of `name`.
+    async fn holds(&self, i: usize, name: &str) -> bool {
+        let mut conn = self.conn(i).await;
+        redis::cmd("EXISTS")
+            .arg(format!("{}:{{{name}}}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS")
+    }
+}
+
+const ROUNDS: u64 = 25;
+
+fn ns(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_over_four_clients_keep_exclusion_and_count_exactly() {
+    within(Duration::from_secs(120), async {
+        let nodes = Nodes::start(5).await;
+        let name = "counter";
+        let counter = format!("{}:data", nodes.prefix);
+        let epoch = Instant::now();
+        let sections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for c in 0..4 {
+            let client = nodes.client();
+            for t in 0..4 {
+                let (client, counter, sections) =
+                    (client.clone(), counter.clone(), Arc::clone(&sections));
+                let mut data = nodes.conn(0).await;
+                tasks.push(tokio::spawn(async move {
+                    let mutex = client.mutex(name).expect("mutex");
+                    for _ in 0..ROUNDS {
+                        let guard = mutex.lock().await.expect("lock");
+                        let start = ns(epoch);
+                        racy_increment(&mut data, &counter).await;
+                        let end = ns(epoch);
+                        sections.lock().expect("sections").push(Section {
+                            worker: format!("{c}/{t}"),
+                            token: guard.fencing_token(),
+                            exclusive: true,
+                            start,
+                            end,
+                            write: None,
+                        });
+                        guard.unlock().await.expect("unlock");
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let mut data = nodes.conn(0).await;
+        let total: u64 = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut data)
+            .await
+            .expect("GET");
+        assert_eq!(total, 16 * ROUNDS, "every increment counted");
+        let mut sections = sections.lock().expect("sections").clone();
+        let found = overlaps(&sections, 1);
+        assert_eq!(found.count, 0, "overlapping holders: {:?}", found.first);
+        // In the order they held it, tokens rise.
+        sections.sort_by_key(|s| s.start);
+        for pair in sections.windows(2) {
+            assert!(
+                pair[1].token > pair[0].token,
+                "token {} after {}",
+                pair[1].token,
+                pair[0].token
+            );
+        }
+        for i in 0..5 {
+            let keys = nodes.keys(i).await;
+            assert!(
+                keys.iter()
+                    .all(|k| k.ends_with(":fence") || k.ends_with(":data")),
+                "node {i} keeps {keys:?}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_three_deep_is_one_hold_with_one_token() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(5).await;
+        let (client, other) = (nodes.client(), nodes.client());
+        let mutex = client.mutex("re").expect("mutex");
+        let outer = mutex.lock().await.expect("lock");
+        let middle = outer.reenter().await.expect("reenter");
+        let inner = middle.reenter().await.expect("reenter");
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        let snapshot = client.inspect("re").await.expect("inspect");
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.holders[0].exclusive_holds, 3);
+        assert_eq!(snapshot.last_fencing_token, Some(outer.fencing_token()));
+        inner.unlock().await.expect("unlock");
+        middle.unlock().await.expect("unlock");
+        assert!(
+            other
+                .mutex("re")
+                .expect("mutex")
+                .try_lock()
+                .await
+                .expect("try")
+                .is_none(),
+            "still held once"
+        );
+        outer.unlock().await.expect("unlock");
+        let next = other
+            .mutex("re")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        assert!(next.fencing_token() > outer_token(&snapshot));
+        next.unlock().await.expect("unlock");
+        // The release reached a majority before it returned; the rest follow at once.
+        for i in 0..5 {
+            until(|| async { !nodes.holds(i, "re").await }).await;
+        }
+    })
+    .await;
+}
+
+fn outer_token(snapshot: &redlatch::Snapshot) -> u64 {
+    snapshot.last_fencing_token.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_primitives_are_unsupported() {
+    let nodes = Nodes::start(3).await;
+    let client = nodes.client();
+    for result in [
+        client.fair_mutex("a").map(|_| ()),
+        client.semaphore("a", 2).map(|_| ()),
+        client.rwlock("a").map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(Error::Unsupported { .. })),
+            "{result:?}"
+        );
+    }
+    // Redlock settings on another client are refused, not lost.
+    let single = RedisServer::start();
+    let pool = Config::from_url(single.url())
+        .create_pool(Some(Runtime::Tokio1))
+        .expect("pool");
+    let built = LockClient::builder(pool, single.url().as_str())
+        .fencing(Fencing::Clock)
+        .build();
+    assert!(matches!(built, Err(Error::Unsupported { .. })), "{built:?}");
+    for i in 0..3 {
+        assert!(nodes.keys(i).await.is_empty(), "nothing written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_down_still_lock_three_down_fail_and_leave_nothing() {
+    within(Duration::from_secs(60), async {
+        let mut nodes = Nodes::start(5).await;
+        let client = nodes
+            .builder()
+            .default_lease(Duration::from_secs(5))
+            .build()
+            .expect("client");
+        let mutex = client.mutex("minority").expect("mutex");
+        nodes.servers[3].kill();
+        nodes.servers[4].kill();
+        for _ in 0..3 {
+            let guard = mutex.lock().await.expect("lock with 3 of 5");
+            assert!(guard.is_held());
+            guard.unlock().await.expect("unlock");
+        }
+        nodes.servers[2].kill();
+        let started = Instant::now();
+        let failed = mutex.lock_timeout(Duration::from_secs(1)).await;
+        assert!(failed.is_err(), "no majority, no lock: {failed:?}");
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "gave up within its budget: {took:?}"
+        );
+        // What the failed attempts took on the live servers is given back at once.
+        let gone = Instant::now();
+        until(|| async { !nodes.holds(0, "minority").await && !nodes.holds(1, "minority").await })
+            .await;
+        let cleanup = gone.elapsed();
+        assert!(cleanup < Duration::from_millis(100), "left for {cleanup:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_node_does_not_hold_up_the_acquire() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(5).await;
+        let lease = Duration::from_secs(5);
+        let node_timeout = Duration::from_millis(100);
+        let client = nodes
+            .builder()
+            .default_lease(lease)
+            .node_timeout(node_timeout)
+            .build()
+            .expect("client");
+        let mutex = client.mutex("slow").expect("mutex");
+        // Connect first, then slow one node far past the node timeout.
+        mutex
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        nodes.proxies[0].set(Mode::Delay {
+            base: Duration::from_secs(2),
+            jitter: Duration::ZERO,
+        });
+        for i in 0..5 {
+            let before = Instant::now();
+            let guard = mutex.lock().await.expect("lock");
+            let took = before.elapsed();
+            // Four fast nodes decide: the slow one is not waited for.
+            assert!(
+                took < node_timeout + Duration::from_millis(250),
+                "attempt {i} took {took:?}"
+            );
+            // Counted from a moment within the call (before the first send), not from an
+            // answer: what is left at return is the lease, less the drift allowance, less the
+            // time since then.
+            let validity = lease - (lease / 100 + Duration::from_millis(2));
+            let until = guard.valid_until();
+            assert!(until >= before.into_std() + validity, "attempt {i}");
+            assert!(
+                until <= (before + took).into_std() + validity,
+                "attempt {i}"
+            );
+            guard.unlock().await.expect("unlock");
+        }
+        // Two more nodes gone: the slow node's vote is needed, and the attempt gives up on it
+        // after the node timeout instead of waiting for its answer.
+        nodes.proxies[3].set(Mode::Blackhole);
+        nodes.proxies[4].set(Mode::Blackhole);
+        let before = Instant::now();
+        let attempt = mutex.try_lock().await;
+        let took = before.elapsed();
+        assert!(!matches!(attempt, Ok(Some(_))), "no majority: {attempt:?}");
+        assert!(
+            took >= node_timeout && took < node_timeout + Duration::from_millis(250),
+            "gave up after {took:?}"
+        );
+        nodes.reach(&[0, 1, 2, 3, 4]);
+    })
+    .await;
+}
+
+/// Kleppmann's counterexample, for real: node 0's counter far ahead of the others. A is
+/// granted by {0, 1, 2}, B later by {2, 3, 4}. The two-round token rises; the one-round token,
+/// which trusts the nodes' clocks and counters alone, does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counterexample_gives_rising_tokens_with_two_rounds_only() {
+    within(Duration::from_secs(60), async {
+        for (fencing, rises) in [(Fencing::Quorum, true), (Fencing::Clock, false)] {
+            let nodes = Nodes::start(5).await;
+            let client = nodes.builder().fencing(fencing).build().expect("client");
+            let mutex = client.mutex("k").expect("mutex");
+            // Node 0 has issued far more tokens than the clock says (as if its clock once ran
+            // far ahead).
+            let ahead: u64 = 1u64 << 52;
+            let mut conn = nodes.conn(0).await;
+            let _: () = redis::cmd("SET")
+                .arg(format!("{}:{{k}}:fence", nodes.prefix))
+                .arg(ahead)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+            nodes.reach(&[0, 1, 2]);
+            let a = mutex.lock().await.expect("A");
+            let token_a = a.fencing_token();
+            assert!(token_a > ahead);
+            a.unlock().await.expect("unlock A");
+            nodes.reach(&[2, 3, 4]);
+            let b = mutex.lock().await.expect("B");
+            let token_b = b.fencing_token();
+            b.unlock().await.expect("unlock B");
+            nodes.reach(&[0, 1, 2, 3, 4]);
+            assert_eq!(
+                token_b > token_a,
+                rises,
+                "{fencing:?}: A {token_a}, B {token_b}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_rise_across_two_thousand_random_majorities() {
+    within(Duration::from_secs(240), async {
+        let nodes = Nodes::start(5).await;
+        let client = nodes
+            .builder()
+            .default_lease(Duration::from_secs(2))
+            .node_timeout(Duration::from_millis(50))
+            .build()
+            .expect("client");
+        let mutex = client.mutex("random").expect("mutex");
+        let mut last = 0;
+        for i in 0..2000 {
+            let mut reachable: Vec<usize> = (0..5).collect();
+            fastrand::shuffle(&mut reachable);
+            reachable.truncate(fastrand::usize(3..=5));
+            nodes.reach(&reachable);
+            let guard = mutex.lock().await.expect("lock");
+            let token = guard.fencing_token();
+            assert!(
+                token > last,
+                "acquisition {i} on {reachable:?}: {token} after {last}"
+            );
+            last = token;
+            guard.unlock().await.expect("unlock");
+        }
+        nodes.reach(&[0, 1, 2, 3, 4]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_validity_is_refused_by_the_fenced_store() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(5).await;
+        let store = RedisServer::start();
+        let mut data = redis::Client::open(store.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let resource = Resource::new(&nodes.prefix, "fenced");
+        let (a, b) = (nodes.client(), nodes.client());
+        let lease = Duration::from_millis(300);
+        let held = a
+            .mutex("fenced")
+            .expect("mutex")
+            .with_lease(lease)
+            .expect("lease")
+            .lock()
+            .await
+            .expect("A");
+        // A "pauses": it does nothing until its lease is lost.
+        held.lost().await;
+        let next = b.mutex("fenced").expect("mutex").lock().await.expect("B");
+        assert!(next.fencing_token() > held.fencing_token());
+        assert!(
+            resource
+                .fenced_write(&mut data, next.fencing_token())
+                .await
+                .expect("write")
+        );
+        // A wakes up and writes with its old token.
+        assert!(
+            !resource
+                .fenced_write(&mut data, held.fencing_token())
+                .await
+                .expect("write"),
+            "the stale holder's write is refused"
+        );
+        next.unlock().await.expect("unlock");
+    })
+    .await;
+}
+
+/// A server restarted empty while a lock is held forgets its grant. Unsafe: it rejoins at once,
+/// and another client takes the lock while the first still holds it. Safe: it rejoins only
+/// after the longest lease (the first holder learns it lost the lock first), or it keeps its
+/// data (`appendfsync always`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_is_safe_only_when_delayed_or_fsynced() {
+    within(Duration::from_secs(90), async {
+        let lease = Duration::from_secs(3);
+        for setting in [
+            "rejoin at once",
+            "rejoin after the lease",
+            "appendfsync always",
+        ] {
+            let extra: &[&str] = if setting == "appendfsync always" {
+                &["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                &[]
+            };
+            let mut nodes = Nodes::start_with(3, extra).await;
+            let (a, b) = (
+                nodes
+                    .builder()
+                    .default_lease(lease)
+                    .build()
+                    .expect("client"),
+                nodes
+                    .builder()
+                    .default_lease(lease)
+                    .build()
+                    .expect("client"),
+            );
+            // A is granted by nodes 0 and 1: A's client cannot connect to node 2 then.
+            nodes.proxies[2].set(Mode::Refuse);
+            let held = a.mutex("r").expect("mutex").lock().await.expect("A");
+            nodes.proxies[2].set(Mode::Pass);
+            assert!(!nodes.holds(2, "r").await);
+            nodes.servers[0].restart();
+            if setting == "rejoin after the lease" {
+                nodes.proxies[0].set(Mode::Refuse);
+                // Node 0 stays out for the longest lease: by then A's renewals, which only
+                // node 1 can grant, have failed, and A knows it lost the lock.
+                within(lease * 2, held.lost()).await;
+                let out_since = Instant::now();
+                until(|| async { out_since.elapsed() >= lease }).await;
+                nodes.proxies[0].set(Mode::Pass);
+            }
+            let taken = b
+                .mutex("r")
+                .expect("mutex")
+                .lock_timeout(Duration::from_millis(500))
+                .await;
+            match setting {
+                "rejoin at once" => {
+                    let next = taken.expect("B is granted by the restarted node and node 2");
+                    assert!(
+                        held.is_held() && next.is_held(),
+                        "two holders at once: unsafe"
+                    );
+                }
+                "rejoin after the lease" => {
+                    let next = taken.expect("B after A's lease");
+                    assert!(
+                        !held.is_held(),
+                        "A knew it had lost the lock before B took it"
+                    );
+                    drop(next);
+                }
+                _ => {
+                    assert!(taken.is_err(), "the fsynced node still holds A's grant");
+                    assert!(held.is_held());
+                }
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_hold_a_majority_renews_and_loses_one_it_cannot() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(5).await;
+        let lease = Duration::from_millis(600);
+        let (a, b) = (
+            nodes
+                .builder()
+                .default_lease(lease)
+                .build()
+                .expect("client"),
+            nodes
+                .builder()
+                .default_lease(lease)
+                .build()
+                .expect("client"),
+        );
+        let held = a.mutex("w").expect("mutex").lock().await.expect("lock");
+        let first_validity = held.valid_until();
+        // Two nodes cut off: three still renew, for several leases.
+        nodes.reach(&[0, 1, 2]);
+        let since = Instant::now();
+        until(|| async { since.elapsed() >= lease * 3 }).await;
+        assert!(held.is_held(), "a majority renewed it");
+        assert!(
+            held.valid_until() > first_validity,
+            "renewals moved its validity on"
+        );
+        let other = b.mutex("w").expect("mutex");
+        assert!(other.try_lock().await.expect("try").is_none());
+        // Three cut off: no majority renews, and the hold is lost by its validity.
+        nodes.reach(&[0, 1]);
+        let deadline = held.valid_until();
+        held.lost().await;
+        assert!(!held.is_held());
+        let late = Instant::now()
+            .into_std()
+            .saturating_duration_since(deadline);
+        assert!(
+            late < Duration::from_millis(250),
+            "lost {late:?} after its validity"
+        );
+        nodes.reach(&[0, 1, 2, 3, 4]);
+        // Once the keys run out everywhere, another client takes it.
+        let next = other.lock().await.expect("lock after the lease");
+        assert!(next.fencing_token() > held.fencing_token());
+        next.unlock().await.expect("unlock");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_as_joins_the_owners_hold_and_inspect_and_force_unlock_see_every_node() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let client = nodes.client();
+        let mutex = client.mutex("as").expect("mutex");
+        let owner = redlatch::OwnerToken::new();
+        let first = mutex.lock_as(&owner).await.expect("lock_as");
+        let second = mutex.lock_as(&owner).await.expect("lock_as again");
+        assert_eq!(first.owner(), second.owner());
+        let snapshot = client.inspect("as").await.expect("inspect");
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.holders[0].exclusive_holds, 2);
+        assert_eq!(snapshot.holders[0].id, owner.short_id());
+        let removed = client.force_unlock("as").await.expect("force");
+        assert_eq!(removed.holders, 1);
+        for i in 0..3 {
+            assert!(!nodes.holds(i, "as").await, "node {i} still holds");
+        }
+        drop((first, second));
+    })
+    .await;
+}
