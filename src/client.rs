@@ -387,7 +387,6 @@ impl LockClient {
         quorum: &crate::backend::Quorum,
         request: &R,
     ) -> Result<Vec<R::Reply>> {
-        use futures_util::StreamExt;
         let timeout = quorum.node_timeout(self.core.config.lease);
         let deadline = crate::time::after(tokio::time::Instant::now(), timeout);
         let mut answers = Vec::with_capacity(quorum.len());

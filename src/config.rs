@@ -73,11 +73,14 @@ impl Drift {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Fencing {
-    /// Two rounds (the default): every granting node returns its counter, the token is the
-    /// highest, and a second round raises the counter of every node where the lock is still
-    /// held to it; the acquisition succeeds only when a majority confirms. Tokens rise with
-    /// every acquisition without relying on any clock: two majorities share a node, which
-    /// orders them.
+    /// Two rounds (the default): every granting node issues a token above its counter, the
+    /// acquisition's token is the highest, and a second round raises the counters of the
+    /// granting nodes that issued less to it, where the lock is still held; the acquisition
+    /// succeeds only when a majority is at the token. Tokens rise with every acquisition
+    /// without relying on any clock: two majorities share a node, which orders them. The
+    /// client proposes one value to every node (the highest server clock it heard, in µs,
+    /// carried on by its monotonic clock), so that usually a majority issues the same token
+    /// and the second round is not needed.
     #[default]
     Quorum,
     /// One round: the token is the highest counter of the granting nodes, each at least its

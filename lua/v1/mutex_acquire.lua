@@ -9,7 +9,13 @@
 --          answer was lost, and that hold is returned, its lease made at least ARGV[2] again),
 --          as (join the owner's holds, or take the lock) or again (re-entry only: add a hold
 --          only if the owner holds)
+-- ARGV[5]: optional floor for a fresh token (a Redlock client's proposal, the same to every
+--          node): the token is then max(last + 1, floor), without the server clock, so that
+--          nodes whose counters were below it all grant the same token (a floor of 0 stands
+--          for the server clock: the client has no proposal yet); a fresh grant then also
+--          returns the server clock in µs, from which the client makes its next proposals
 -- returns: {1, fence, holds}  acquired; holds is this owner's hold count after the call
+--          {1, fence, 1, now}  acquired afresh with a floor: now is the server clock in µs
 --          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
 --                             free, but the claim was `again` and the owner holds nothing)
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
@@ -29,14 +35,18 @@ if kind == 'none' then
   elseif fkind ~= 'none' then
     return {-1, fkind, 2}
   end
-  -- Strictly above the last token, and never below the server clock in microseconds, so the
-  -- sequence keeps rising even after the fence key has expired.
+  -- Strictly above the last token, and never below the server clock in microseconds (or the
+  -- caller's floor), so the sequence keeps rising even after the fence key has expired.
   local now = redis.call('TIME')
-  local token = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  now = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local floor = tonumber(ARGV[5] or '0')
+  if floor == nil or floor <= 0 then floor = now end
+  local token = math.max(last + 1, floor)
   token = string.format('%.0f', token)
   redis.call('SET', fence, token, 'PX', ARGV[3])
   redis.call('HSET', lock, owner, 1, '~layout', LAYOUT, '~fence', token)
   redis.call('PEXPIRE', lock, lease)
+  if ARGV[5] then return {1, token, 1, string.format('%.0f', now)} end
   return {1, token, 1}
 end
 if kind ~= 'hash' then return {-1, kind, 1} end

@@ -282,11 +282,14 @@ impl Engine {
             lease_ms: lease_ms(self.lease)?,
             fence_ttl_ms: millis(FENCE_TTL),
             claim: ask.claim,
+            floor: None,
         };
         let sent_at = Instant::now();
         Ok(match self.core.backend.run(&request).await? {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
-            Answer::Granted { fence } => Attempt::Acquired(self.held(ask, owner, fence, sent_at)),
+            Answer::Granted { fence, .. } => {
+                Attempt::Acquired(self.held(ask, owner, fence, sent_at))
+            }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })
     }

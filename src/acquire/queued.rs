@@ -87,7 +87,7 @@ pub(super) async fn run(
     let sent_at = Instant::now();
     match core.backend.run(&request).await? {
         Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
-        Answer::Granted { fence } => {
+        Answer::Granted { fence, .. } => {
             if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
                 // Redis removed the place when it granted the hold.
                 lease.disarm();

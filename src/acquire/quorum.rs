@@ -4,10 +4,17 @@
 //!    bounded by the node timeout and by the validity left; the attempt decides as soon as a
 //!    majority granted, or as soon as so many refused or failed that no majority can.
 //! 2. A grant counts only if the validity left (lease − elapsed − drift allowance) is still
-//!    positive. Its fencing token is the highest counter the granting nodes returned (each at
-//!    least its clock in µs). With [`Fencing::Quorum`], a second round (`mutex_confirm`) raises
-//!    every node's counter to that token where the owner still holds the lock, and the attempt
-//!    succeeds only if a majority confirmed within the validity.
+//!    positive. Its fencing token is the highest counter the granting nodes issued. With
+//!    [`Fencing::Quorum`], every node is offered one proposal (the highest server clock this
+//!    client heard, in µs, moved on by its monotonic clock; at first, each node's own clock)
+//!    and issues max(its last token + 1, the proposal), setting its counter to it with the
+//!    grant; a proposal too low (a server clock behind, a name taken twice in one µs) costs
+//!    the second round, never the order of tokens;
+//!    when fewer than a majority issued the token itself, a second round (`mutex_confirm`)
+//!    raises the counters of the others that granted, where the owner still holds the lock,
+//!    and the attempt succeeds only if a majority is at the token within the validity. With
+//!    [`Fencing::Clock`], each node issues max(its last token + 1, its clock in µs), and there
+//!    is no second round.
 //! 3. A failure gives back what it may have taken, in the background and without a wake-up
 //!    message (nobody held the lock): on every node for a fresh owner unless every node
 //!    refused (a node that has not answered yet may still grant, and runs the release after
@@ -21,7 +28,6 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::engine::OnCancel;
@@ -50,6 +56,8 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     let valid_until = after(started, engine.core.config.drift.validity(engine.lease));
     let node_deadline = after(started, quorum.node_timeout(engine.lease)).min(valid_until);
     let fresh = ask.claim.is_fresh();
+    // A re-entry keeps its hold's token: it needs no second round.
+    let two_rounds = ask.claim != Claim::Again && quorum.settings().fencing == Fencing::Quorum;
     // Cancelled between the first send and the answer: whatever a fresh owner got is released
     // on every node. (A carried owner's attempt runs in a task of its own, never cancelled.)
     let cancelled = OnCancel::new(|| {
@@ -63,6 +71,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         lease_ms,
         fence_ttl_ms: millis(FENCE_TTL),
         claim: ask.claim,
+        floor: two_rounds.then(|| quorum.clock().unwrap_or(0)),
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;
@@ -73,7 +82,12 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     let mut replies = quorum.each(&request, node_deadline);
     while let Some((node, reply)) = replies.next().await {
         match reply {
-            Ok(Answer::Granted { fence }) => granted.push((node, fence)),
+            Ok(Answer::Granted { fence, clock }) => {
+                if let Some(us) = clock {
+                    quorum.heard_clock(us, Instant::now());
+                }
+                granted.push((node, fence));
+            }
             Ok(Answer::Busy { wait, .. }) => waits.push(wait),
             Err(err) => {
                 failed += 1;
@@ -89,9 +103,20 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     drop(replies);
     let mut fence = granted.iter().map(|(_, f)| *f).max().unwrap_or_default();
     let mut won = granted.len() >= majority && Instant::now() < valid_until;
-    // A re-entry keeps its hold's token: nothing to confirm.
-    if won && ask.claim != Claim::Again && quorum.settings().fencing == Fencing::Quorum {
-        won = confirm(quorum, engine, &owner, fence, valid_until).await;
+    if won && two_rounds {
+        // A granting node that issued the token itself set its counter to it with the grant;
+        // the others are raised to it by the second round, needed only when those are not a
+        // majority already.
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|(_, f)| *f < fence)
+            .map(|(node, _)| *node)
+            .collect();
+        let at_token = granted.len() - behind.len();
+        if at_token < majority {
+            let needed = majority - at_token;
+            won = confirm(quorum, &behind, needed, engine, &owner, fence, valid_until).await;
+        }
     }
     cancelled.disarm();
     if won {
@@ -126,10 +151,15 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     }
 }
 
-/// The second round: raises each node's counter to `fence` where `owner` still holds the
-/// lock. True when a majority confirmed before `valid_until`.
+/// The second round: raises the counter of each of `nodes` (granting nodes that issued a
+/// lower token) to `fence` where `owner` still holds the lock. True when `needed` of them
+/// confirmed before `valid_until`. (Nodes that granted after the decision need no
+/// confirmation: the argument rests on one majority at the token.)
+#[allow(clippy::too_many_arguments)]
 async fn confirm(
     quorum: &Quorum,
+    nodes: &[usize],
+    needed: usize,
     engine: &Engine,
     owner: &str,
     fence: u64,
@@ -142,19 +172,18 @@ async fn confirm(
         fence_ttl_ms: millis(FENCE_TTL),
     };
     let deadline = after(Instant::now(), quorum.node_timeout(engine.lease)).min(valid_until);
-    let majority = quorum.majority();
     let (mut confirmed, mut refused) = (0, 0);
-    let mut replies = quorum.each(&request, deadline);
+    let mut replies = quorum.to(nodes, &request, deadline);
     while let Some((_, reply)) = replies.next().await {
         match reply {
             Ok(true) => confirmed += 1,
             Ok(false) | Err(_) => refused += 1,
         }
-        if confirmed >= majority || refused > quorum.len() - majority {
+        if confirmed >= needed || refused > nodes.len().saturating_sub(needed) {
             break;
         }
     }
-    confirmed >= majority && Instant::now() < valid_until
+    confirmed >= needed && Instant::now() < valid_until
 }
 
 /// Gives back, in the background and without a wake-up message, what a failed attempt took: a
@@ -179,15 +208,9 @@ fn give_back(engine: &Engine, ask: Ask, owner: &str, granted: &[(usize, u64)]) {
             message: Some(""),
         };
         let deadline = after(Instant::now(), quorum.node_timeout(lease));
-        let answers: Vec<_> = match nodes {
-            None => quorum.each(&request, deadline).collect().await,
-            Some(nodes) => {
-                let mut answers = Vec::new();
-                for node in nodes {
-                    answers.push((node, quorum.on(node, &request, deadline).await));
-                }
-                answers
-            }
+        let answers = match nodes {
+            None => quorum.each(&request, deadline).all().await,
+            Some(nodes) => quorum.to(&nodes, &request, deadline).all().await,
         };
         for (node, answer) in answers {
             if let Err(err) = answer

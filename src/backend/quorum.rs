@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use redis::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -38,6 +40,9 @@ const LINGER: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum {
     nodes: Vec<Arc<Node>>,
     settings: Redlock,
+    /// The highest server clock heard (µs), and when: what proposals count on from, with the
+    /// monotonic clock.
+    clock: StdMutex<Option<(u64, Instant)>>,
 }
 
 impl Quorum {
@@ -51,6 +56,24 @@ impl Quorum {
         self.settings.node_timeout(lease)
     }
 
+    /// The servers' clock in µs as this client estimates it now: the highest one heard, moved
+    /// on by the monotonic clock since; `None` until one was heard.
+    pub(crate) fn clock(&self) -> Option<u64> {
+        let heard = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        heard.map(|(us, at)| us.saturating_add(micros(at.elapsed())))
+    }
+
+    /// A server said its clock read `us` at about `at`.
+    pub(crate) fn heard_clock(&self, us: u64, at: Instant) {
+        let mut heard = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let behind = heard.is_none_or(|(them, then)| {
+            them.saturating_add(micros(at.saturating_duration_since(then))) < us
+        });
+        if behind {
+            *heard = Some((us, at));
+        }
+    }
+
     /// How many servers there are.
     pub(crate) fn len(&self) -> usize {
         self.nodes.len()
@@ -61,84 +84,128 @@ impl Quorum {
         self.nodes.len() / 2 + 1
     }
 
-    /// Runs `request` on node `node`, waiting for its answer until `deadline` (a timeout
-    /// error after). The request itself runs to the end whether or not anyone waits for it
-    /// (see [`each`](Self::each)).
-    pub(crate) async fn on<R: Request>(
-        &self,
-        node: usize,
-        request: &R,
-        deadline: Instant,
-    ) -> Result<R::Reply> {
-        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
-        self.send(node, Arc::new(by_hash), source, request, deadline)
-            .await
+    /// Runs `request` on every node at once, waiting for each answer until `deadline`: the
+    /// replies, with the node that gave each, in the order they come (a node that has not
+    /// answered by `deadline` gives a timeout error).
+    ///
+    /// Each call is put on its node's connection here and now, in the order the caller makes
+    /// its calls, and runs to the end (an answer, a connection failure, or [`LINGER`]) whether
+    /// or not anyone still waits for it: dropping the [`Replies`] stops waiting, never sending.
+    /// A release that follows an acquisition reaches a slow node after it, even if nobody
+    /// waited for the acquisition's answer.
+    pub(crate) fn each<'a, R: Request>(&self, request: &'a R, deadline: Instant) -> Replies<'a, R> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        self.to(&all, request, deadline)
     }
 
-    /// Runs `request` on every node at once, waiting for each answer until `deadline`: the
-    /// replies, with the node that gave each, in the order they come.
-    ///
-    /// Each call is put on its node's connection when the set is first polled, in the order
-    /// the caller made its calls, and then runs in a task of its own, to the end (an answer,
-    /// a connection failure, or [`LINGER`]), whether or not anyone still waits for it:
-    /// dropping the set stops waiting, never sending. A release that follows an acquisition
-    /// reaches a slow node after it, even if nobody waited for the acquisition's answer.
-    pub(crate) fn each<'a, R: Request>(
-        &'a self,
+    /// [`each`](Self::each) on the nodes `to` only.
+    pub(crate) fn to<'a, R: Request>(
+        &self,
+        to: &[usize],
         request: &'a R,
         deadline: Instant,
-    ) -> FuturesUnordered<impl Future<Output = (usize, Result<R::Reply>)> + 'a> {
+    ) -> Replies<'a, R> {
         let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
         let by_hash = Arc::new(by_hash);
-        (0..self.nodes.len())
-            .map(|node| {
-                let by_hash = Arc::clone(&by_hash);
-                async move {
-                    let reply = self.send(node, by_hash, source, request, deadline).await;
-                    (node, reply)
-                }
-            })
-            .collect()
-    }
-
-    async fn send<R: Request>(
-        &self,
-        node: usize,
-        by_hash: Arc<redis::Cmd>,
-        source: &'static str,
-        request: &R,
-        deadline: Instant,
-    ) -> Result<R::Reply> {
-        let Some(server) = self.nodes.get(node).map(Arc::clone) else {
-            return Err(Error::Protocol {
-                script: "quorum",
-                detail: format!("no node {node}"),
+        let mut replies = Replies {
+            request,
+            deadline,
+            ready: VecDeque::new(),
+            pending: FuturesUnordered::new(),
+            unanswered: Vec::new(),
+        };
+        let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
+        for &node in to {
+            let Some(server) = self.nodes.get(node).map(Arc::clone) else {
+                continue;
+            };
+            let by_hash = Arc::clone(&by_hash);
+            let mut call: Call = Box::pin(async move {
+                let raw = tokio::time::timeout(LINGER, server.send(&by_hash, source))
+                    .await
+                    .unwrap_or_else(|_| Err(no_answer()));
+                (node, raw)
             });
-        };
-        let mut call = Box::pin(async move {
-            tokio::time::timeout(LINGER, server.send(&by_hash, source))
-                .await
-                .unwrap_or_else(|_| Err(no_answer()))
-        });
-        // The first step, here and now, puts the request on the node's connection: whatever
-        // the caller sends that node afterwards (a release after an acquisition) runs after it.
-        // The task that takes over then runs it to the end.
-        let first = call
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-        let call = match first {
-            std::task::Poll::Ready(raw) => return request.decode(raw?),
-            std::task::Poll::Pending => tokio::spawn(call),
-        };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(raw)) => request.decode(raw?),
-            Ok(Err(_)) => Err(Error::Protocol {
-                script: "quorum",
-                detail: "a node's call stopped without an answer".into(),
-            }),
-            Err(_) => Err(no_answer()),
+            // The first step puts the request on the node's connection.
+            match call.as_mut().poll(noop) {
+                std::task::Poll::Ready(answer) => replies.ready.push_back(answer),
+                std::task::Poll::Pending => {
+                    replies.unanswered.push(node);
+                    replies.pending.push(call);
+                }
+            }
+        }
+        replies
+    }
+}
+
+/// One node's call: its index and raw reply.
+type Call = std::pin::Pin<Box<dyn Future<Output = (usize, Result<Value>)> + Send>>;
+
+/// The replies to one request sent to several nodes, as they come. Dropped with calls still
+/// running, it leaves them to finish in the background.
+pub(crate) struct Replies<'a, R: Request> {
+    request: &'a R,
+    deadline: Instant,
+    /// Answers that came before anyone waited.
+    ready: VecDeque<(usize, Result<Value>)>,
+    pending: FuturesUnordered<Call>,
+    /// Nodes that have not answered, in the order they were asked.
+    unanswered: Vec<usize>,
+}
+
+impl<R: Request> Replies<'_, R> {
+    /// The next node's reply, decoded, or a timeout error for a node that has not answered by
+    /// the deadline; `None` when every node was heard.
+    pub(crate) async fn next(&mut self) -> Option<(usize, Result<R::Reply>)> {
+        if let Some((node, raw)) = self.ready.pop_front() {
+            return Some((node, raw.and_then(|v| self.request.decode(v))));
+        }
+        loop {
+            if self.unanswered.is_empty() {
+                return None;
+            }
+            if Instant::now() >= self.deadline {
+                let node = self.unanswered.remove(0);
+                return Some((node, Err(no_answer())));
+            }
+            let answer = tokio::select! {
+                answer = self.pending.next() => answer,
+                () = tokio::time::sleep_until(self.deadline) => continue,
+            };
+            let (node, raw) = answer?;
+            // A node reported as timed out already is not reported again.
+            if let Some(at) = self.unanswered.iter().position(|n| *n == node) {
+                self.unanswered.remove(at);
+                return Some((node, raw.and_then(|v| self.request.decode(v))));
+            }
         }
     }
+
+    /// Every reply (see [`next`](Self::next)).
+    pub(crate) async fn all(mut self) -> Vec<(usize, Result<R::Reply>)> {
+        let mut all = Vec::new();
+        while let Some(reply) = self.next().await {
+            all.push(reply);
+        }
+        all
+    }
+}
+
+impl<R: Request> Drop for Replies<'_, R> {
+    fn drop(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(pending.for_each(|_| async {}));
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What a node that did not answer in time fails with: as a timeout, an answer that may be lost.
@@ -187,7 +254,11 @@ pub(super) fn start(
             }
         }
     });
-    Quorum { nodes, settings }
+    Quorum {
+        nodes,
+        settings,
+        clock: StdMutex::new(None),
+    }
 }
 
 /// The client's waiter registry, as heard through every node's subscription.

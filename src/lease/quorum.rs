@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::Hold;

@@ -146,8 +146,9 @@ impl Claim {
 /// The answer to an acquisition attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
-    /// Acquired, with this fencing token (0 for read holds).
-    Granted { fence: u64 },
+    /// Acquired, with this fencing token (0 for read holds), and the server clock in µs when
+    /// the request asked for it (a Redlock acquisition with a floor).
+    Granted { fence: u64, clock: Option<u64> },
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
     /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt
     /// left (or kept) the owner waiting in the name's queue: its place's ticket, which a

@@ -20,6 +20,9 @@ pub(crate) struct Acquire<'a> {
     /// The fencing counter's lifetime.
     pub(crate) fence_ttl_ms: u64,
     pub(crate) claim: Claim,
+    /// The least fresh token to issue, instead of the server clock (a Redlock client's
+    /// proposal, the same to every node).
+    pub(crate) floor: Option<u64>,
 }
 
 impl Request for Acquire<'_> {
@@ -33,6 +36,9 @@ impl Request for Acquire<'_> {
             .arg(self.lease_ms)
             .arg(self.fence_ttl_ms)
             .arg(self.claim.code());
+        if let Some(floor) = self.floor {
+            call.arg(floor);
+        }
         if self.claim.repeats_safely() {
             call.repeatable();
         }
@@ -45,6 +51,7 @@ impl Request for Acquire<'_> {
         match status {
             1 => Ok(Answer::Granted {
                 fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
+                clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
             }),
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),

@@ -84,6 +84,7 @@ impl Request for Acquire<'_> {
         match status {
             1 => Ok(Answer::Granted {
                 fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
+                clock: None,
             }),
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),

@@ -105,8 +105,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "6c85878a9ac1d3bd24d8951602f834af9a5e662b",
-                "7ae6bbdb6571db241cee5c354d7026e3d1b1aba9",
+                "c066536d3b4946618e53f94ee9b0e562c3fccaf5",
+                "9862661d63f247017a4376a401038eb3412c1294",
             ),
             (
                 &*MUTEX_RELEASE,
