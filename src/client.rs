@@ -6,7 +6,7 @@ use std::time::Duration;
 use deadpool_redis::Pool;
 use redis::IntoConnectionInfo;
 
-use crate::config::{Config, Drift, FENCE_TTL, Fencing, millis};
+use crate::config::{Config, Drift, Durability, FENCE_TTL, Fencing, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::inspect::{ForceUnlocked, Snapshot};
@@ -661,6 +661,26 @@ impl LockClientBuilder {
         self
     }
 
+    /// Whether acquisitions wait for replicas to have their write (`WAIT`), and for how many
+    /// (see [`Durability`]); each handle may override it (`with_durability`). Default:
+    /// [`Durability::None`], no `WAIT` is ever sent. One server (a master and its replicas)
+    /// only: a cluster or Redlock client refuses it at `build`.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// use redlatch::Durability;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .durability(Durability::Replicas { count: 1, timeout: Duration::from_millis(500) })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.config.durability = durability;
+        self
+    }
+
     /// A Redlock setting on another client is refused by `build`, not lost.
     fn set_redlock(&mut self, set: impl FnOnce(&mut crate::config::Redlock)) {
         let mut settings = self.config.redlock.unwrap_or_default();
@@ -690,6 +710,14 @@ impl LockClientBuilder {
     /// ```
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
+        if self.config.durability != Durability::None
+            && !matches!(self.target, Target::Single { .. })
+        {
+            return Err(Error::Unsupported {
+                what: "durability (WAIT for replicas)",
+                reason: "it is served on one server (a master and its replicas) only",
+            });
+        }
         if self.redlock_setting {
             return Err(Error::Unsupported {
                 what: "a node timeout or fencing mode",

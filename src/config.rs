@@ -90,6 +90,70 @@ pub enum Fencing {
     Clock,
 }
 
+/// Whether an acquisition waits for replicas to have its write before it counts (`WAIT`), and
+/// for how many. A grant that fewer replicas acknowledged within the timeout is released again
+/// and the acquisition fails with [`Error::NotReplicated`](crate::Error::NotReplicated).
+/// Durable writes go over a connection of their own, one `WAIT` covering every durable write
+/// sent meanwhile, so the wait never holds up other lock operations. One server (a master with
+/// replicas) only: a cluster or Redlock client refuses it with
+/// [`Error::Unsupported`](crate::Error::Unsupported).
+///
+/// It narrows the window in which a failover forgets a granted lock; it does not close it (a
+/// replica that acknowledged need not be the one promoted, and Redis calls `WAIT` best effort).
+/// Fencing tokens are what protect a store. See the README's "Replicas and failover".
+///
+/// ```
+/// use std::time::Duration;
+/// use redlatch::Durability;
+///
+/// assert_eq!(Durability::default(), Durability::None);
+/// let all = Durability::AllReplicas { timeout: Duration::from_millis(500) };
+/// let one = Durability::Replicas { count: 1, timeout: Duration::from_millis(500) };
+/// assert_ne!(all, one);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// No `WAIT` is ever sent (the default).
+    #[default]
+    None,
+    /// Acknowledged by every replica connected to the master when the write ran (none
+    /// connected: nothing to wait for), within `timeout`.
+    AllReplicas {
+        /// How long to wait at most.
+        timeout: Duration,
+    },
+    /// Acknowledged by at least `count` replicas within `timeout`.
+    Replicas {
+        /// How many replicas at least.
+        count: u32,
+        /// How long to wait at most.
+        timeout: Duration,
+    },
+}
+
+impl Durability {
+    /// How many replicas and how long: `None` for [`Durability::None`]. (`count` `None`: every
+    /// connected replica.)
+    pub(crate) fn wanted(self) -> Option<(Option<u32>, Duration)> {
+        match self {
+            Self::None => None,
+            Self::AllReplicas { timeout } => Some((None, timeout)),
+            Self::Replicas { count, timeout } => Some((Some(count), timeout)),
+        }
+    }
+
+    pub(crate) fn validate(self) -> Result<()> {
+        match self.wanted() {
+            Some((_, timeout)) if timeout.is_zero() || timeout > MAX_LEASE => Err(Error::invalid(
+                "durability",
+                format!("need 0 < timeout <= {MAX_LEASE:?}, got {timeout:?}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A Redlock client's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct Redlock {
@@ -119,6 +183,8 @@ pub(crate) struct Config {
     /// lease).
     pub(crate) waiter_timeout: Option<Duration>,
     pub(crate) drift: Drift,
+    /// Whether acquisitions wait for replicas (overridable per handle).
+    pub(crate) durability: Durability,
     /// A Redlock client's settings (`None`: any other client).
     pub(crate) redlock: Option<Redlock>,
 }
@@ -133,6 +199,7 @@ impl Default for Config {
             backoff_max: Duration::from_secs(1),
             waiter_timeout: None,
             drift: Drift::default(),
+            durability: Durability::None,
             redlock: None,
         }
     }
@@ -201,6 +268,7 @@ impl Config {
                 format!("it leaves nothing of the {:?} lease", self.lease),
             ));
         }
+        self.durability.validate()?;
         if let Some(t) = self.redlock.and_then(|q| q.node_timeout)
             && (t.is_zero() || t > MAX_LEASE)
         {

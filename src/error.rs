@@ -110,6 +110,16 @@ pub enum Error {
         /// Why it cannot be served.
         reason: &'static str,
     },
+    /// Fewer replicas acknowledged an acquisition's write within the durability timeout than
+    /// the durability setting asks for ([`Durability`](crate::Durability)). What was taken was
+    /// released again; a failover now could forget it.
+    #[error("only {acked} of {wanted} replicas acknowledged the lock in time")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas the setting wanted.
+        wanted: u32,
+    },
     /// No connection could be had from the pool.
     #[error("connection pool error")]
     Pool(#[from] deadpool_redis::PoolError),

@@ -57,7 +57,9 @@
 //! the watchdog keeps the lease going while the process is alive and can reach Redis. A holder
 //! that is paused (GC, swap, SIGSTOP) past its lease, or cut off from Redis, loses the lock
 //! while it may still be working: that is what [`MutexGuard::lost`] and fencing tokens are for.
-//! With asynchronous replication, a failover can lose a lock that the old master granted.
+//! With asynchronous replication, a failover can lose a lock that the old master granted;
+//! [`Durability`] makes acquisitions count only once replicas have them, which narrows that
+//! window (fencing tokens are what close it for a store).
 //!
 //! On a Redis Cluster each name lives on the master that serves its hash slot, with the same
 //! guarantees as on one server; when the slot moves, holders keep their holds and waiters
@@ -105,7 +107,7 @@ mod time;
 mod token;
 
 pub use client::{LockClient, LockClientBuilder};
-pub use config::{DEFAULT_LEASE, FENCE_TTL, Fencing, MAX_LEASE, MIN_LEASE};
+pub use config::{DEFAULT_LEASE, Durability, FENCE_TTL, Fencing, MAX_LEASE, MIN_LEASE};
 pub use error::{Error, Result};
 pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};

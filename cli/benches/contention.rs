@@ -6,6 +6,7 @@
 //! cargo bench -p redlatch-cli --bench contention -- --quick # under 2 minutes
 //! cargo bench -p redlatch-cli --bench contention -- --handoff-hold-ms 100
 //! cargo bench -p redlatch-cli --bench contention -- --redlock # and Redlock over 5 servers
+//! cargo bench -p redlatch-cli --bench contention -- --replicas # and durable acquisitions
 //! ```
 //!
 //! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
@@ -256,6 +257,11 @@ async fn run() -> AnyResult<()> {
         own_server,
         cluster: None,
         redlock,
+        replicas: if args.iter().any(|a| a == "--replicas") {
+            Some(bench::ReplicasBed::start().await?)
+        } else {
+            None
+        },
     };
     bench.run().await?;
     drop(server);

@@ -1,7 +1,7 @@
 //! `redlatch`: the command-line tool (package `redlatch-cli`; `cargo install --path cli`).
 //!
 //! ```text
-//! redlatch bench [--quick] [--cluster] [--redlock] # the contention benchmark, own redis-server
+//! redlatch bench [--quick] [--cluster] [--redlock] [--replicas] # the benchmark, own redis-server
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
@@ -54,6 +54,10 @@ enum Command {
         /// Also run the Redlock scenario on five servers of the tool's own.
         #[arg(long)]
         redlock: bool,
+        /// Also run the replicas scenario (durable acquisitions) on a master and a replica of
+        /// the tool's own.
+        #[arg(long)]
+        replicas: bool,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
@@ -118,6 +122,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             out,
             handoff_hold_ms,
             redlock,
+            replicas,
         } => {
             let (server, url) = server::try_named_or_own(cli.url.clone())?;
             let own_server = server.is_some();
@@ -161,6 +166,11 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 own_server,
                 cluster,
                 redlock,
+                replicas: if replicas {
+                    Some(bench::ReplicasBed::start().await?)
+                } else {
+                    None
+                },
             };
             bench.run().await?;
             drop((server, own_cluster));

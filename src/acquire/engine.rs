@@ -9,7 +9,8 @@ use tokio::time::Instant;
 
 use super::queued::{self, Place};
 use super::{Attempt, wait};
-use crate::config::{FENCE_TTL, lease_ms, millis};
+use crate::backend::{Request, Want};
+use crate::config::{Durability, FENCE_TTL, lease_ms, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
@@ -51,6 +52,8 @@ pub(crate) struct Engine {
     /// The lease of every hold it takes, and whether the watchdog renews it.
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
+    /// Whether its acquisitions wait for replicas.
+    pub(crate) durability: Durability,
 }
 
 impl fmt::Debug for Engine {
@@ -110,6 +113,7 @@ impl Engine {
         Ok(Self {
             lease: core.config.lease,
             renew: core.config.watchdog,
+            durability: core.config.durability,
             name: name.into(),
             keys: Arc::new(keys),
             family,
@@ -124,6 +128,41 @@ impl Engine {
         self.lease = lease;
         self.renew = false;
         Ok(self)
+    }
+
+    /// Acquisitions that wait for replicas as `durability` says.
+    pub(crate) fn with_durability(mut self, durability: Durability) -> Result<Self> {
+        durability.validate()?;
+        self.durability = durability;
+        Ok(self)
+    }
+
+    /// Runs an acquisition request, durably when this handle asks for it: the answer, and for
+    /// a durable one how many replicas acknowledged it of how many were wanted.
+    pub(super) async fn send<R: Request<Reply = Answer>>(
+        &self,
+        request: &R,
+    ) -> Result<(Answer, Option<(u32, u32)>)> {
+        match self.durability.wanted() {
+            None => Ok((self.core.backend.run(request).await?, None)),
+            Some((replicas, timeout)) => {
+                let want = Want { replicas, timeout };
+                let (answer, acked, wanted) = self.core.backend.run_durable(request, want).await?;
+                Ok((answer, Some((acked, wanted))))
+            }
+        }
+    }
+
+    /// A grant that fewer replicas acknowledged than wanted is released again (its hold
+    /// dropped) and fails.
+    pub(super) fn replicated(held: Held, acks: Option<(u32, u32)>) -> Result<Held> {
+        match acks {
+            Some((acked, wanted)) if acked < wanted => {
+                drop(held);
+                Err(Error::NotReplicated { acked, wanted })
+            }
+            _ => Ok(held),
+        }
     }
 
     /// Acquires, waiting up to `timeout` (`None`: as long as it takes). A zero timeout makes one
@@ -285,10 +324,12 @@ impl Engine {
             floor: None,
         };
         let sent_at = Instant::now();
-        Ok(match self.core.backend.run(&request).await? {
+        let (answer, acks) = self.send(&request).await?;
+        Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, .. } => {
-                Attempt::Acquired(self.held(ask, owner, fence, sent_at))
+                let held = self.held(ask, owner, fence, sent_at);
+                Attempt::Acquired(Self::replicated(held, acks)?)
             }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })

@@ -85,14 +85,16 @@ pub(super) async fn run(
         client: &core.id,
     };
     let sent_at = Instant::now();
-    match core.backend.run(&request).await? {
+    let (answer, acks) = engine.send(&request).await?;
+    match answer {
         Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
         Answer::Granted { fence, .. } => {
             if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
                 // Redis removed the place when it granted the hold.
                 lease.disarm();
             }
-            Ok(Attempt::Acquired(engine.held(ask, owner, fence, sent_at)))
+            let held = engine.held(ask, owner, fence, sent_at);
+            Ok(Attempt::Acquired(Engine::replicated(held, acks)?))
         }
         Answer::Busy { wait, ticket } => {
             let (Some(place), Some(ticket)) = (place.as_deref(), ticket) else {

@@ -17,6 +17,7 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod durable;
 mod quorum;
 mod script;
 mod single;
@@ -30,6 +31,7 @@ use deadpool_redis::Pool;
 use redis::Value;
 use tokio::sync::watch;
 
+pub(crate) use durable::Want;
 pub(crate) use quorum::Quorum;
 #[cfg(test)]
 pub(crate) use script::Publish;
@@ -221,6 +223,31 @@ impl Backend {
             }
         };
         request.decode(raw)
+    }
+
+    /// Runs `request` and waits until replicas acknowledged its writes as `want` says: the
+    /// decoded reply, how many replicas acknowledged and how many were wanted. The call goes
+    /// over a connection of its own, with one `WAIT` for every durable call sent meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redis Cluster or a Redlock
+    /// client, as the error of the request otherwise.
+    pub(crate) async fn run_durable<R: Request>(
+        &self,
+        request: &R,
+        want: Want,
+    ) -> Result<(R::Reply, u32, u32)> {
+        match &self.servers {
+            Servers::Single(node) => {
+                let acked = node.send_durable(request, want).await?;
+                Ok((request.decode(acked.raw)?, acked.acked, acked.wanted))
+            }
+            _ => Err(crate::error::Error::Unsupported {
+                what: "durability (WAIT for replicas)",
+                reason: "it is served on one server (a master and its replicas) only",
+            }),
+        }
     }
 
     /// Which batch an item keyed by `key` may share one script call with: items of one group

@@ -10,6 +10,7 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Request;
+use super::durable::{Acked, Durable, Want};
 use super::script::{By, Publish, Script, by_source};
 use crate::error::Result;
 
@@ -29,6 +30,8 @@ pub(crate) struct Node {
     connecting: tokio::sync::Mutex<()>,
     /// Since when requests have been timing out with no answer between.
     stalled_since: std::sync::Mutex<Option<Instant>>,
+    /// The connection of durable calls, whose `WAIT` would block every other request.
+    durable: std::sync::OnceLock<Durable>,
 }
 
 impl std::fmt::Debug for Node {
@@ -47,6 +50,7 @@ impl Node {
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             stalled_since: std::sync::Mutex::new(None),
+            durable: std::sync::OnceLock::new(),
         }
     }
 
@@ -89,12 +93,7 @@ impl Node {
     /// instead, by `EVAL`, to a server that lacks it), and returns its raw reply.
     pub(crate) async fn send(&self, by_hash: &Cmd, source: &str) -> Result<Value> {
         let mut conn = self.connection().await?;
-        let reply = match by_hash.query_async(&mut conn).await {
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                by_source(by_hash, source).query_async(&mut conn).await
-            }
-            other => other,
-        };
+        let reply = send_on(&mut conn, by_hash, source).await;
         match reply {
             Ok(value) => {
                 self.stalled(false);
@@ -114,6 +113,16 @@ impl Node {
         }
     }
 
+    /// Runs `request` over the durable connection (started on first use), then waits for
+    /// `want` replicas to acknowledge it: its raw reply and the acknowledgements.
+    pub(crate) async fn send_durable<R: Request>(&self, request: &R, want: Want) -> Result<Acked> {
+        let durable = self
+            .durable
+            .get_or_init(|| Durable::spawn(self.pool.clone(), self.scripts.clone()));
+        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
+        durable.send(by_hash, source, want).await
+    }
+
     /// Notes an answer (`timed_out` false) or a timeout; true when requests have been timing
     /// out for longer than [`STALL`].
     fn stalled(&self, timed_out: bool) -> bool {
@@ -130,5 +139,19 @@ impl Node {
             return true;
         }
         false
+    }
+}
+
+/// Sends `by_hash` on `conn`, or the script's source by `EVAL` if the server lacks it.
+pub(super) async fn send_on(
+    conn: &mut MultiplexedConnection,
+    by_hash: &Cmd,
+    source: &str,
+) -> redis::RedisResult<Value> {
+    match by_hash.query_async(conn).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            by_source(by_hash, source).query_async(conn).await
+        }
+        other => other,
     }
 }

@@ -98,6 +98,31 @@ impl FairMutex {
         })
     }
 
+    /// This handle with its own [`Durability`](crate::Durability) instead of the client's:
+    /// its acquisitions count only once that many replicas have their write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero timeout or one
+    /// above [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// use redlatch::Durability;
+    ///
+    /// let durable = client
+    ///     .fair_mutex("a")?
+    ///     .with_durability(Durability::AllReplicas { timeout: Duration::from_millis(500) })?;
+    /// let held = durable.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_durability(self, durability: crate::Durability) -> Result<Self> {
+        Ok(Self {
+            engine: self.engine.with_durability(durability)?,
+        })
+    }
+
     /// Takes a place at the tail of the queue and waits for its turn, as long as it takes.
     ///
     /// # Errors

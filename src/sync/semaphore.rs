@@ -108,6 +108,31 @@ impl Semaphore {
         })
     }
 
+    /// This handle with its own [`Durability`](crate::Durability) instead of the client's:
+    /// its acquisitions count only once that many replicas have their write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero timeout or one
+    /// above [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// use redlatch::Durability;
+    ///
+    /// let durable = client
+    ///     .semaphore("a", 2)?
+    ///     .with_durability(Durability::AllReplicas { timeout: Duration::from_millis(500) })?;
+    /// let held = durable.acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_durability(self, durability: crate::Durability) -> Result<Self> {
+        Ok(Self {
+            engine: self.engine.with_durability(durability)?,
+        })
+    }
+
     /// Acquires one permit, waiting in the queue as long as it takes.
     ///
     /// # Errors

@@ -15,6 +15,7 @@ mod cluster;
 mod library;
 mod plan;
 mod redlock;
+mod replicas;
 mod report;
 mod scenarios;
 
@@ -36,6 +37,7 @@ pub use plan::{Plan, parse_hold_ms};
 pub use redlock::{
     RedlockBed, RedlockRow, RedlockScenario, redlatch_redlock_rows, redlock_peer_row,
 };
+pub use replicas::ReplicasBed;
 pub use report::Record;
 
 use chart::chart;
@@ -67,6 +69,9 @@ pub struct Bench {
     /// The Redlock scenario, when it runs: acquire latency over independent servers of the
     /// tool's own, beside one of them alone, in the same run.
     pub redlock: Option<RedlockScenario>,
+    /// The replicas scenario, when it runs: a master and a replica of the tool's own, durable
+    /// acquisitions beside plain ones.
+    pub replicas: Option<ReplicasBed>,
 }
 
 impl Bench {
@@ -112,6 +117,9 @@ impl Bench {
         }
         if let Some(redlock) = &self.redlock {
             jobs.extend(redlock.rows.iter().map(Job::Redlock));
+        }
+        if self.replicas.is_some() {
+            jobs.extend(replicas::ReplicasRow::ALL.map(Job::Replicas));
         }
         jobs
     }
@@ -165,6 +173,7 @@ impl Bench {
         print_table(&records);
         let cluster = cluster::summary(&records);
         let redlock = redlock::summary(&records);
+        let replicas = replicas::summary(&records);
         println!(
             "{} mode, {:.0} s, {} server; raw EVALSHA acquire+release, {raw_tasks} tasks: \
              {raw_cycles_per_s:.0} cycles/s",
@@ -186,6 +195,7 @@ impl Bench {
             "machine": machine,
             "cluster": cluster,
             "redlock": redlock,
+            "replicas": replicas,
             "records": records.iter().map(Record::json).collect::<Vec<_>>(),
         });
         std::fs::create_dir_all(&self.out_dir)?;
@@ -246,6 +256,10 @@ impl Bench {
                     Job::Redlock(row) => match &self.redlock {
                         Some(scenario) => redlock::acquire(row, &scenario.bed, plan.phase).await,
                         None => Err("no Redlock servers".into()),
+                    },
+                    Job::Replicas(row) => match &self.replicas {
+                        Some(bed) => replicas::measure(row, bed, &self.prefix, plan.phase).await,
+                        None => Err("no replicated servers".into()),
                     },
                 };
                 let record = match record {

@@ -120,6 +120,8 @@ pub(crate) enum Job<'a> {
     ClusterContended(&'a Entry, usize),
     /// One task's acquire latency over the Redlock scenario's servers.
     Redlock(&'a super::RedlockRow),
+    /// One row of the replicas scenario.
+    Replicas(super::replicas::ReplicasRow),
 }
 
 impl Job<'_> {
@@ -139,6 +141,7 @@ impl Job<'_> {
             Job::Latency(e) => format!("latency: {}", e.name),
             Job::ClusterContended(e, tasks) => format!("contended: {} x{tasks}", e.name),
             Job::Redlock(row) => format!("redlock acquire: {}", row.entry.name),
+            Job::Replicas(row) => format!("replicas: {}", row.name()),
         }
     }
 }

@@ -1,0 +1,339 @@
+//! A master with a replica on loopback, the replication link through a proxy that can cut it:
+//! the durability setting's `WAIT` (never sent when off, failing an acquisition whose write no
+//! replica has, one `WAIT` for many writes), and the negative control: without it, a failover to
+//! the replica forgets a granted lock.
+
+mod support;
+
+use std::time::Duration;
+
+use deadpool_redis::{Config, Runtime};
+use redis::aio::MultiplexedConnection;
+use redlatch::{Durability, Error, LockClient, LockClientBuilder};
+use redlatch_harness::proxy::{Mode, Proxy};
+use redlatch_harness::resource::Resource;
+use support::{RedisServer, unique, until, within};
+use tokio::time::Instant;
+
+/// A master and a replica that replicates it through a proxy.
+struct Replicated {
+    master: RedisServer,
+    replica: RedisServer,
+    link: Proxy,
+    prefix: String,
+}
+
+impl Replicated {
+    async fn start() -> Self {
+        let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let link = Proxy::start(
+            format!("127.0.0.1:{}", master.port())
+                .parse()
+                .expect("addr"),
+        )
+        .await
+        .expect("proxy");
+        let port = link.addr().port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let this = Self {
+            master,
+            replica,
+            link,
+            prefix: unique("replicas"),
+        };
+        let master = this.conn(&this.master).await;
+        // Until the replica is in sync (it acknowledges writes only then).
+        until(|| {
+            let mut master = master.clone();
+            async move {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut master)
+                    .await
+                    .expect("INFO");
+                info.contains("state=online")
+            }
+        })
+        .await;
+        this
+    }
+
+    fn builder(&self, server: &RedisServer) -> LockClientBuilder {
+        let pool = Config::from_url(server.url())
+            .create_pool(Some(Runtime::Tokio1))
+            .expect("pool");
+        LockClient::builder(pool, server.url().as_str()).key_prefix(&self.prefix)
+    }
+
+    async fn conn(&self, server: &RedisServer) -> MultiplexedConnection {
+        redis::Client::open(server.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    }
+
+    async fn calls(&self, command: &str) -> u64 {
+        let mut conn = self.conn(&self.master).await;
+        let stats = redlatch_harness::measure::commandstats(&mut conn)
+            .await
+            .expect("INFO commandstats");
+        stats.get(command).copied().unwrap_or(0)
+    }
+
+    async fn exists(&self, server: &RedisServer, name: &str) -> bool {
+        let mut conn = self.conn(server).await;
+        redis::cmd("EXISTS")
+            .arg(format!("{}:{{{name}}}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_setting_off_no_wait_is_ever_sent() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed.builder(&bed.master).build().expect("client");
+        for name in ["a", "b", "c"] {
+            client
+                .mutex(name)
+                .expect("mutex")
+                .lock()
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+                .expect("unlock");
+            client
+                .fair_mutex(name)
+                .expect("fair")
+                .lock()
+                .await
+                .expect("lock")
+                .unlock()
+                .await
+                .expect("unlock");
+        }
+        assert_eq!(bed.calls("wait").await, 0, "no WAIT without durability");
+        let durable = bed
+            .builder(&bed.master)
+            .durability(Durability::AllReplicas {
+                timeout: Duration::from_secs(1),
+            })
+            .build()
+            .expect("client");
+        let guard = durable
+            .mutex("d")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        guard.unlock().await.expect("unlock");
+        assert!(bed.calls("wait").await >= 1, "WAIT with durability");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_replication_fails_a_durable_acquire_and_leaves_nothing() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let timeout = Duration::from_millis(300);
+        let client = bed
+            .builder(&bed.master)
+            .durability(Durability::Replicas { count: 1, timeout })
+            .build()
+            .expect("client");
+        // Replicated: acknowledged (a handle of its own with a generous timeout, so that a
+        // busy machine does not make the replica look absent).
+        let generous = Durability::Replicas {
+            count: 1,
+            timeout: Duration::from_secs(10),
+        };
+        let guard = client
+            .mutex("cut")
+            .expect("mutex")
+            .with_durability(generous)
+            .expect("durability")
+            .lock()
+            .await
+            .expect("lock");
+        guard.unlock().await.expect("unlock");
+        bed.link.set(Mode::Blackhole);
+        for handle in ["mutex", "fair"] {
+            let started = Instant::now();
+            let result = match handle {
+                "mutex" => client.mutex("cut").expect("mutex").lock().await.map(drop),
+                _ => client
+                    .fair_mutex("cut")
+                    .expect("fair")
+                    .lock()
+                    .await
+                    .map(drop),
+            };
+            let took = started.elapsed();
+            assert!(
+                matches!(
+                    result,
+                    Err(Error::NotReplicated {
+                        acked: 0,
+                        wanted: 1
+                    })
+                ),
+                "{handle}: {result:?}"
+            );
+            assert!(took >= timeout, "{handle}: waited {took:?}");
+            // What it took is released at once.
+            until(|| async { !bed.exists(&bed.master, "cut").await }).await;
+        }
+        bed.link.set(Mode::Pass);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_durable_acquisitions_share_a_wait() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed
+            .builder(&bed.master)
+            .durability(Durability::AllReplicas {
+                timeout: Duration::from_secs(1),
+            })
+            .build()
+            .expect("client");
+        let before = bed.calls("wait").await;
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let guard = client
+                        .mutex(&format!("g{i}"))
+                        .expect("mutex")
+                        .lock()
+                        .await
+                        .expect("lock");
+                    guard.unlock().await.expect("unlock");
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let waits = bed.calls("wait").await - before;
+        assert!(
+            (1..64).contains(&waits),
+            "{waits} WAITs for 64 acquisitions"
+        );
+    })
+    .await;
+}
+
+/// The negative control: without durability, the master grants, dies before its replica has
+/// the grant, the replica is promoted, and another client takes the same lock. The older
+/// holder's writes are refused by a fenced store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_it_a_failover_forgets_a_lock_and_only_fencing_saves_the_store() {
+    within(Duration::from_secs(60), async {
+        let mut bed = Replicated::start().await;
+        let store = RedisServer::start();
+        let mut data = bed.conn(&store).await;
+        let resource = Resource::new(&bed.prefix, "store");
+        let a = bed.builder(&bed.master).build().expect("client");
+        bed.link.set(Mode::Blackhole);
+        let held = a
+            .mutex("lost")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("granted, not replicated");
+        assert!(
+            resource
+                .fenced_write(&mut data, held.fencing_token())
+                .await
+                .expect("write")
+        );
+        bed.master.kill();
+        let mut replica = bed.conn(&bed.replica).await;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut replica)
+            .await
+            .expect("promote");
+        assert!(
+            !bed.exists(&bed.replica, "lost").await,
+            "the promoted replica never had it"
+        );
+        let b = bed.builder(&bed.replica).build().expect("client");
+        let second = b
+            .mutex("lost")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("granted again");
+        assert!(second.fencing_token() > held.fencing_token());
+        assert!(
+            resource
+                .fenced_write(&mut data, second.fencing_token())
+                .await
+                .expect("write")
+        );
+        assert!(
+            !resource
+                .fenced_write(&mut data, held.fencing_token())
+                .await
+                .expect("write"),
+            "the older holder's write is refused"
+        );
+        second.unlock().await.expect("unlock");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_wait_does_not_hold_up_the_clients_other_operations() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed.builder(&bed.master).build().expect("client");
+        let durable = client
+            .mutex("slow")
+            .expect("mutex")
+            .with_durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_secs(5),
+            })
+            .expect("durability");
+        bed.link.set(Mode::Blackhole);
+        let waiting = tokio::spawn(async move { durable.lock().await.map(drop) });
+        // Once its write is on the master, the durable acquisition waits for an
+        // acknowledgement that cannot come; the same client's other operations go on
+        // meanwhile.
+        until(|| bed.exists(&bed.master, "slow")).await;
+        for name in ["x", "y", "z"] {
+            let guard = client
+                .mutex(name)
+                .expect("mutex")
+                .lock()
+                .await
+                .expect("lock");
+            guard.unlock().await.expect("unlock");
+        }
+        assert!(!waiting.is_finished(), "the durable wait is still going");
+        let result = waiting.await.expect("task");
+        assert!(
+            matches!(
+                result,
+                Err(Error::NotReplicated {
+                    acked: 0,
+                    wanted: 1
+                })
+            ),
+            "{result:?}"
+        );
+        bed.link.set(Mode::Pass);
+    })
+    .await;
+}
