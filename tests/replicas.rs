@@ -337,3 +337,78 @@ async fn a_durable_wait_does_not_hold_up_the_clients_other_operations() {
     })
     .await;
 }
+
+/// The ids of the server's connections whose last command was `EVALSHA`.
+async fn script_connections(conn: &mut MultiplexedConnection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter(|line| line.contains("cmd=evalsha"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A master demoted to a replica still answers, with `READONLY` to writes: the client drops
+/// that connection at once and takes a new one for the next request (from a Sentinel-aware
+/// pool, one to the new master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_reply_drops_the_connection_it_came_on() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let mut admin = bed.conn(&bed.replica).await;
+        let commands = admin.clone();
+        let replicaof = |args: Vec<String>| {
+            let mut admin = commands.clone();
+            async move {
+                let _: () = redis::cmd("REPLICAOF")
+                    .arg(args)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("REPLICAOF");
+            }
+        };
+        let link = bed.link.addr().port().to_string();
+        // A master for a start: the client's connection takes writes.
+        replicaof(vec!["NO".into(), "ONE".into()]).await;
+        let client = bed.builder(&bed.replica).build().expect("client");
+        let mutex = client.mutex("ro").expect("mutex");
+        mutex
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        let first = script_connections(&mut admin).await;
+        assert_eq!(first.len(), 1, "{first:?}");
+        // Demoted: it refuses the write with READONLY.
+        replicaof(vec!["127.0.0.1".into(), link]).await;
+        let refused = mutex.try_lock().await;
+        assert!(
+            matches!(&refused, Err(err) if err.is_connection()),
+            "{refused:?}"
+        );
+        // Promoted again: the next request comes on a new connection, the old one is closed.
+        replicaof(vec!["NO".into(), "ONE".into()]).await;
+        mutex
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        until(|| {
+            let (mut admin, first) = (admin.clone(), first.clone());
+            async move {
+                let now = script_connections(&mut admin).await;
+                now.len() == 1 && now != first
+            }
+        })
+        .await;
+    })
+    .await;
+}

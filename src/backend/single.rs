@@ -103,7 +103,14 @@ impl Node {
                 let broken = err.is_unrecoverable_error() || err.is_connection_dropped();
                 let stalled = err.is_timeout() && self.stalled(true);
                 let failed = err.is_io_error() && !err.is_timeout();
-                if (broken || stalled || failed)
+                // A demoted master still answers (`PING` too, so a pool cannot tell): the next
+                // request takes another connection, which a Sentinel-aware pool makes to the
+                // new master.
+                let demoted = matches!(
+                    err.kind(),
+                    ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+                );
+                if (broken || stalled || failed || demoted)
                     && let Ok(mut slot) = self.conn.lock()
                 {
                     slot.take();
