@@ -236,6 +236,19 @@ async fn queued_primitives_are_unsupported() {
             "{result:?}"
         );
     }
+    // Durability is a replicated master's setting: a Redlock handle refuses it.
+    let durable = client
+        .mutex("a")
+        .expect("mutex")
+        .with_durability(redlatch::Durability::AllReplicas {
+            timeout: Duration::from_secs(1),
+        })
+        .expect("durability");
+    let refused = durable.try_lock().await;
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
     // Redlock settings on another client are refused, not lost.
     let single = RedisServer::start();
     let pool = Config::from_url(single.url())

@@ -33,8 +33,8 @@ use tokio::time::Instant;
 use super::engine::OnCancel;
 use super::{Ask, Attempt, Engine};
 use crate::backend::Quorum;
-use crate::config::{FENCE_TTL, Fencing, lease_ms, millis};
-use crate::error::Result;
+use crate::config::{Durability, FENCE_TTL, Fencing, lease_ms, millis};
+use crate::error::{Error, Result};
 use crate::lease::Held;
 use crate::protocol::{Answer, Claim, mutex};
 use crate::time::after;
@@ -42,6 +42,12 @@ use crate::token::OwnerToken;
 
 /// One attempt on `quorum` (see the module docs).
 pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<Attempt<Held>> {
+    if engine.durability != Durability::None {
+        return Err(Error::Unsupported {
+            what: "durability (WAIT for replicas)",
+            reason: "a Redlock client's servers are independent masters",
+        });
+    }
     let ask = if ask.claim == Claim::New {
         Ask {
             owner: OwnerToken::new(),
