@@ -13,8 +13,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::script::{Publish, Script};
-use super::single::send_on;
+use super::script::Script;
+use super::single::{connect, send_on};
 use crate::error::{Error, Result};
 
 /// The most calls one round carries.
@@ -84,7 +84,7 @@ fn gone() -> Error {
 }
 
 /// A failure shared by every call of a round, one error each.
-fn shared(err: &redis::RedisError) -> Error {
+fn shared(err: &dyn std::fmt::Display) -> Error {
     Error::Redis(redis::RedisError::from(std::io::Error::other(
         err.to_string(),
     )))
@@ -109,9 +109,7 @@ async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedR
                 }
                 Err(err) => {
                     for job in batch {
-                        let _ = job.reply.send(Err(Error::Redis(redis::RedisError::from(
-                            std::io::Error::other(err.to_string()),
-                        ))));
+                        let _ = job.reply.send(Err(shared(&err)));
                     }
                     continue;
                 }
@@ -122,16 +120,6 @@ async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedR
             conn = None;
         }
     }
-}
-
-async fn connect(pool: &Pool, scripts: &[&'static Script]) -> Result<MultiplexedConnection> {
-    let mut conn = deadpool_redis::Connection::take(Box::pin(pool.get()).await?);
-    let mut load = redis::pipe();
-    for script in scripts {
-        load.add_command(script.load(Publish::Plain)).ignore();
-    }
-    let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
-    Ok(conn)
 }
 
 /// One round: the calls and `ROLE` back to back, then one `WAIT` for them all.

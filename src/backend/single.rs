@@ -67,14 +67,7 @@ impl Node {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
-        // Boxed: the pool's future is several kilobytes, and every lock future would carry it.
-        let mut conn = deadpool_redis::Connection::take(Box::pin(self.pool.get()).await?);
-        let mut load = redis::pipe();
-        for script in &self.scripts {
-            load.add_command(script.load(Publish::Plain)).ignore();
-        }
-        // A failed load costs nothing: a call by hash falls back to the source.
-        let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
+        let conn = connect(&self.pool, &self.scripts).await?;
         if let Ok(mut slot) = self.conn.lock() {
             *slot = Some(conn.clone());
         }
@@ -161,4 +154,21 @@ pub(super) async fn send_on(
         }
         other => other,
     }
+}
+
+/// A connection of its own from `pool`, with `scripts` loaded, so that a call is by hash even
+/// on its first use.
+pub(super) async fn connect(
+    pool: &Pool,
+    scripts: &[&'static Script],
+) -> Result<MultiplexedConnection> {
+    // Boxed: the pool's future is several kilobytes, and every lock future would carry it.
+    let mut conn = deadpool_redis::Connection::take(Box::pin(pool.get()).await?);
+    let mut load = redis::pipe();
+    for script in scripts {
+        load.add_command(script.load(Publish::Plain)).ignore();
+    }
+    // A failed load costs nothing: a call by hash falls back to the source.
+    let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
+    Ok(conn)
 }

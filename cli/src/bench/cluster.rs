@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::library::{Entry, Library, Primitive, Redlatch};
 use super::plan::Plan;
-use super::report::Record;
+use super::report::{Record, ratio, show};
 
 /// A redlatch client of the cluster that `seeds` reach.
 pub fn redlatch_cluster_client(seeds: &[String], prefix: &str) -> AnyResult<LockClient> {
@@ -136,10 +136,6 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
             .iter()
             .find(|r| r.scenario == scenario && r.library == library)
     };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
     let latency = ratio(
         find("latency", "redlatch-mutex-cluster").and_then(|r| r.p50_us),
         find("latency", "redlatch-mutex").and_then(|r| r.p50_us),
@@ -163,7 +159,6 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
         "fair_16_jain": fair.and_then(|r| r.jain),
         "fair_16_requests_per_acq": fair.and_then(|r| r.requests_per_acq),
     });
-    let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     println!(
         "cluster over single server: acquire+release p50 {}x, hand-off p50 {}x (fair {}x); \
          fair mutex, 16 tasks: Jain {}, {} requests per acquisition",

@@ -15,7 +15,7 @@ use redlatch_harness::proxy::{Mode, Proxy};
 use serde_json::{Value, json};
 
 use super::library::{Entry, Library, Primitive, Redlatch};
-use super::report::Record;
+use super::report::{Record, ratio, show};
 
 /// The servers of the scenario, each reached through a proxy that can blackhole it.
 #[derive(Debug)]
@@ -227,10 +227,7 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
             .find(|r| r.scenario == "redlock" && r.library == library)
             .and_then(|r| r.p50_us)
     };
-    let ratio = |a: &str, b: &str| match (p50(a), p50(b)) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
+    let ratio = |a: &str, b: &str| ratio(p50(a), p50(b));
     let single = p50("redlatch-single")?;
     let figures = [
         ("n3_over_single", ratio("redlock-3", "redlatch-single")),
@@ -252,7 +249,6 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
             ratio("rslock-redlock-5", "redlock-5"),
         ),
     ];
-    let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     println!(
         "redlock acquire p50 (single server {single:.0} us): N=3 {}x, N=5 {}x the single server; \
          two rounds over one: N=3 {}x, N=5 {}x; one of 5 blackholed {}x healthy; rslock N=5 {}x ours",

@@ -13,7 +13,7 @@ use redlatch_harness::RedisServer;
 use redlatch_harness::measure::AnyResult;
 use serde_json::{Value, json};
 
-use super::report::Record;
+use super::report::{Record, ratio, show};
 
 /// A master and its replica.
 #[derive(Debug)]
@@ -193,10 +193,6 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
             .iter()
             .find(|r| r.scenario == "replicas" && r.library == row.name())
     };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
     let plain = find(ReplicasRow::Plain)?;
     let durable = find(ReplicasRow::OneReplica);
     let alone = find(ReplicasRow::OthersAlone);
@@ -204,7 +200,6 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
     let acquire = ratio(durable.and_then(|r| r.p50_us), plain.p50_us);
     let others_p99 = ratio(beside.and_then(|r| r.p99_us), alone.and_then(|r| r.p99_us));
     let others_p50 = ratio(beside.and_then(|r| r.p50_us), alone.and_then(|r| r.p50_us));
-    let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     println!(
         "replicas: acquire p50 {} us without durability, {} us with one replica's acknowledgement \
          ({}x); the client's other operations beside durable ones: p99 {}x, p50 {}x alone",

@@ -75,6 +75,19 @@ impl Record {
 }
 
 /// The median, figure by figure, of repeated records of one configuration.
+/// `a / b` when both are known and `b` is above zero: the summaries' ratios.
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// A summary figure with two decimals, or `-` when unknown.
+pub(crate) fn show(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
+}
+
 pub(crate) fn median_record(runs: Vec<Record>) -> Record {
     fn med(mut v: Vec<f64>) -> f64 {
         v.sort_by(f64::total_cmp);
