@@ -6,6 +6,7 @@ use std::time::Duration;
 use deadpool_redis::Pool;
 use redis::IntoConnectionInfo;
 
+use crate::backend::Source;
 use crate::config::{Config, Drift, Durability, FENCE_TTL, Fencing, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
@@ -88,7 +89,7 @@ impl LockClient {
                 server: server.into_connection_info(),
             },
             config: Config::default(),
-            redlock_setting: false,
+            refused: None,
         }
     }
 
@@ -146,7 +147,7 @@ impl LockClient {
         LockClientBuilder {
             target: Target::Cluster(ClusterTarget::Builder(Box::new(cluster))),
             config: Config::default(),
-            redlock_setting: false,
+            refused: None,
         }
     }
 
@@ -204,7 +205,78 @@ impl LockClient {
         LockClientBuilder {
             target: Target::Cluster(ClusterTarget::Pool { pool, seeds }),
             config: Config::default(),
-            redlock_setting: false,
+            refused: None,
+        }
+    }
+
+    /// A client with the default settings for the master called `master` that the
+    /// sentinels at `sentinels` monitor (Redis Sentinel: a master, its replicas, and the
+    /// sentinels that promote a replica when the master fails).
+    ///
+    /// Requests and the wake-up subscription go to the server the sentinels name as master
+    /// (and that confirms it with `ROLE`), and follow it after a failover: as soon as a sentinel
+    /// announces it (`+switch-master`, which the client listens for on one sentinel at a time),
+    /// or when the old master fails a request or answers `READONLY` or `MASTERDOWN`. Waiters
+    /// resume on the new master; holds that it does not know (a write the old master had not
+    /// replicated when it failed) report [`lost`](crate::MutexGuard::lost) at their next
+    /// renewal. [`Durability`] narrows that window; the README's "Replicas and failover" section
+    /// says what closes it. The master's credentials, database and TLS settings, if any, are
+    /// given with [`sentinel_node`](LockClientBuilder::sentinel_node); a sentinel's, in its
+    /// address. Nothing is sent until the first lock operation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] for an address that is not valid or no address at all, and
+    /// [`Error::InvalidArgument`] outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlatch::Result<()> {
+    /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
+    /// let client = redlatch::LockClient::sentinel(sentinels, "mymaster")?;
+    /// let guard = client.mutex("orders:42")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<S: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = S>,
+        master: &str,
+    ) -> Result<Self> {
+        Self::sentinel_builder(sentinels, master).build()
+    }
+
+    /// A builder for a Sentinel client (see [`LockClient::sentinel`]) with settings other than
+    /// the defaults.
+    ///
+    /// ```no_run
+    /// # fn demo() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// use redlatch::Durability;
+    ///
+    /// let client = redlatch::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .durability(Durability::AllReplicas { timeout: Duration::from_millis(200) })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_builder<S: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = S>,
+        master: &str,
+    ) -> LockClientBuilder {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        LockClientBuilder {
+            target: Target::Sentinel {
+                sentinels,
+                master: master.to_owned(),
+                node: None,
+            },
+            config: Config::default(),
+            refused: None,
         }
     }
 
@@ -254,7 +326,7 @@ impl LockClient {
                 redlock: Some(crate::config::Redlock::default()),
                 ..Config::default()
             },
-            redlock_setting: false,
+            refused: None,
         }
     }
 
@@ -476,8 +548,9 @@ impl LockClient {
 pub struct LockClientBuilder {
     target: Target,
     config: Config,
-    /// A Redlock setting was given to a builder of another client.
-    redlock_setting: bool,
+    /// A setting was given to a builder of a client that does not take it (a Redlock setting
+    /// to another client, Sentinel's to another): `build` refuses it.
+    refused: Option<Error>,
 }
 
 /// What a client is built for. (A builder lives for one statement: the size of its variants
@@ -492,6 +565,12 @@ enum Target {
     #[cfg(feature = "cluster")]
     Cluster(ClusterTarget),
     Redlock(Vec<(Pool, redis::RedisResult<redis::ConnectionInfo>)>),
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        sentinels: redis::RedisResult<Vec<redis::ConnectionInfo>>,
+        master: String,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
+    },
 }
 
 #[cfg(feature = "cluster")]
@@ -681,6 +760,36 @@ impl LockClientBuilder {
         self
     }
 
+    /// Sentinel clients: how to connect to the master the sentinels name (credentials,
+    /// database, TLS). Default: redis-rs's defaults (no password, database 0, plain TCP).
+    ///
+    /// ```no_run
+    /// # fn demo() -> redlatch::Result<()> {
+    /// use redis::sentinel::SentinelNodeConnectionInfo;
+    /// use redis::RedisConnectionInfo;
+    ///
+    /// let node = SentinelNodeConnectionInfo::default()
+    ///     .set_redis_connection_info(RedisConnectionInfo::default().set_password("secret"));
+    /// let client = redlatch::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .sentinel_node(node)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_node(mut self, info: redis::sentinel::SentinelNodeConnectionInfo) -> Self {
+        match &mut self.target {
+            Target::Sentinel { node, .. } => *node = Some(info),
+            _ => {
+                self.refused = Some(Error::Unsupported {
+                    what: "Sentinel node settings",
+                    reason: "only a Sentinel client (LockClient::sentinel) takes them",
+                });
+            }
+        }
+        self
+    }
+
     /// A Redlock setting on another client is refused by `build`, not lost.
     fn set_redlock(&mut self, set: impl FnOnce(&mut crate::config::Redlock)) {
         let mut settings = self.config.redlock.unwrap_or_default();
@@ -688,7 +797,10 @@ impl LockClientBuilder {
         if matches!(self.target, Target::Redlock(_)) {
             self.config.redlock = Some(settings);
         } else {
-            self.redlock_setting = true;
+            self.refused = Some(Error::Unsupported {
+                what: "a node timeout or fencing mode",
+                reason: "only a Redlock client (LockClient::redlock) takes them",
+            });
         }
     }
 
@@ -710,19 +822,20 @@ impl LockClientBuilder {
     /// ```
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
-        if self.config.durability != Durability::None
-            && !matches!(self.target, Target::Single { .. })
-        {
+        let one_master = match &self.target {
+            Target::Single { .. } => true,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { .. } => true,
+            _ => false,
+        };
+        if self.config.durability != Durability::None && !one_master {
             return Err(Error::Unsupported {
                 what: "durability (WAIT for replicas)",
                 reason: "it is served on one server (a master and its replicas) only",
             });
         }
-        if self.redlock_setting {
-            return Err(Error::Unsupported {
-                what: "a node timeout or fencing mode",
-                reason: "only a Redlock client (LockClient::redlock) takes them",
-            });
+        if let Some(refused) = self.refused {
+            return Err(refused);
         }
         let in_runtime = || {
             if tokio::runtime::Handle::try_current().is_err() {
@@ -737,7 +850,18 @@ impl LockClientBuilder {
             Target::Single { pool, server } => {
                 let server = server?;
                 in_runtime()?;
-                Core::single(self.config, pool, redis::Client::open(server)?)
+                let server = Box::new(redis::Client::open(server)?);
+                Core::single(self.config, Source::Fixed { pool, server })
+            }
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel {
+                sentinels,
+                master,
+                node,
+            } => {
+                let master = crate::backend::Master::new(sentinels?, master, node)?;
+                in_runtime()?;
+                Core::single(self.config, Source::Sentinel(Arc::new(master)))
             }
             #[cfg(feature = "cluster")]
             Target::Cluster(target) => {

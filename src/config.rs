@@ -130,22 +130,35 @@ pub enum Durability {
         /// How long to wait at most.
         timeout: Duration,
     },
+    /// Written to the append-only file and fsynced (`WAITAOF`, Redis 7.2 and later): by the
+    /// master itself when `local` is set, and by at least `replicas` replicas, within
+    /// `timeout`. Counted as acknowledgements, the master's included when `local` is set. The
+    /// server is asked once whether it has `WAITAOF`; one that does not (7.0, 7.1) fails every
+    /// such acquisition with [`Error::Unsupported`] before anything is taken.
+    Fsynced {
+        /// The master's own fsync too (it needs `appendonly yes`).
+        local: bool,
+        /// How many replicas at least.
+        replicas: u32,
+        /// How long to wait at most.
+        timeout: Duration,
+    },
 }
 
 impl Durability {
-    /// How many replicas and how long: `None` for [`Durability::None`]. (`count` `None`: every
-    /// connected replica.)
-    pub(crate) fn wanted(self) -> Option<(Option<u32>, Duration)> {
+    /// How long a durable write waits at most: `None` for [`Durability::None`].
+    pub(crate) fn timeout(self) -> Option<Duration> {
         match self {
             Self::None => None,
-            Self::AllReplicas { timeout } => Some((None, timeout)),
-            Self::Replicas { count, timeout } => Some((Some(count), timeout)),
+            Self::AllReplicas { timeout }
+            | Self::Replicas { timeout, .. }
+            | Self::Fsynced { timeout, .. } => Some(timeout),
         }
     }
 
     pub(crate) fn validate(self) -> Result<()> {
-        match self.wanted() {
-            Some((_, timeout)) if timeout.is_zero() || timeout > MAX_LEASE => Err(Error::invalid(
+        match self.timeout() {
+            Some(timeout) if timeout.is_zero() || timeout > MAX_LEASE => Err(Error::invalid(
                 "durability",
                 format!("need 0 < timeout <= {MAX_LEASE:?}, got {timeout:?}"),
             )),

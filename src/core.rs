@@ -33,18 +33,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// Starts a client's machinery for one server on the current tokio runtime: the
-    /// subscription, the watchdog and the release queue.
-    pub(crate) fn single(config: Config, pool: Pool, server: redis::Client) -> Arc<Self> {
+    /// Starts a client's machinery for one server (or the master Sentinel names) on the
+    /// current tokio runtime: the subscription, the watchdog and the release queue.
+    pub(crate) fn single(config: Config, source: backend::Source) -> Arc<Self> {
         Self::start_infallible(config, |listener, requests, stopped| {
-            Backend::single(
-                pool,
-                protocol::scripts(),
-                server,
-                listener,
-                requests,
-                stopped,
-            )
+            Backend::single(source, protocol::scripts(), listener, requests, stopped)
         })
     }
 

@@ -110,10 +110,13 @@ pub enum Error {
         /// Why it cannot be served.
         reason: &'static str,
     },
-    /// Fewer replicas acknowledged an acquisition's write within the durability timeout than
-    /// the durability setting asks for ([`Durability`](crate::Durability)). What was taken was
-    /// released again; a failover now could forget it.
-    #[error("only {acked} of {wanted} replicas acknowledged the lock in time")]
+    /// Fewer replicas acknowledged a write within the durability timeout than the durability
+    /// setting asks for ([`Durability`](crate::Durability)). After an acquisition, what was
+    /// taken was released again; after an extension (`extend`), the hold keeps its old
+    /// deadline. A failover now could forget the write. With
+    /// [`Durability::Fsynced`](crate::Durability::Fsynced) and `local`, the master's own fsync
+    /// counts as one acknowledgement.
+    #[error("only {acked} of {wanted} replicas acknowledged the write in time")]
     NotReplicated {
         /// Replicas that acknowledged.
         acked: u32,
@@ -195,7 +198,8 @@ impl Error {
 
     /// True when the failure came from reaching Redis (pool or connection) or from a server
     /// that cannot serve for a while (loading its data, a cluster failing over or moving a
-    /// slot), so a retry may succeed.
+    /// slot; sentinels that name no live master, as during a failover), so a retry may
+    /// succeed.
     ///
     /// ```
     /// let err = redlatch::Error::Timeout { waited: std::time::Duration::ZERO, lease_left: None };
@@ -210,6 +214,7 @@ impl Error {
                     || e.is_connection_refusal()
                     || e.is_timeout()
                     || is_passing(e)
+                    || e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
             }
             _ => false,
         }

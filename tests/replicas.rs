@@ -7,89 +7,13 @@ mod support;
 
 use std::time::Duration;
 
-use deadpool_redis::{Config, Runtime};
 use redis::aio::MultiplexedConnection;
-use redlatch::{Durability, Error, LockClient, LockClientBuilder};
-use redlatch_harness::proxy::{Mode, Proxy};
+use redlatch::{Durability, Error};
+use redlatch_harness::proxy::Mode;
 use redlatch_harness::resource::Resource;
-use support::{RedisServer, unique, until, within};
+use support::replicated::Replicated;
+use support::{RedisServer, until, within};
 use tokio::time::Instant;
-
-/// A master and a replica that replicates it through a proxy.
-struct Replicated {
-    master: RedisServer,
-    replica: RedisServer,
-    link: Proxy,
-    prefix: String,
-}
-
-impl Replicated {
-    async fn start() -> Self {
-        let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-        let link = Proxy::start(
-            format!("127.0.0.1:{}", master.port())
-                .parse()
-                .expect("addr"),
-        )
-        .await
-        .expect("proxy");
-        let port = link.addr().port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        let this = Self {
-            master,
-            replica,
-            link,
-            prefix: unique("replicas"),
-        };
-        let master = this.conn(&this.master).await;
-        // Until the replica is in sync (it acknowledges writes only then).
-        until(|| {
-            let mut master = master.clone();
-            async move {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut master)
-                    .await
-                    .expect("INFO");
-                info.contains("state=online")
-            }
-        })
-        .await;
-        this
-    }
-
-    fn builder(&self, server: &RedisServer) -> LockClientBuilder {
-        let pool = Config::from_url(server.url())
-            .create_pool(Some(Runtime::Tokio1))
-            .expect("pool");
-        LockClient::builder(pool, server.url().as_str()).key_prefix(&self.prefix)
-    }
-
-    async fn conn(&self, server: &RedisServer) -> MultiplexedConnection {
-        redis::Client::open(server.url())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect")
-    }
-
-    async fn calls(&self, command: &str) -> u64 {
-        let mut conn = self.conn(&self.master).await;
-        let stats = redlatch_harness::measure::commandstats(&mut conn)
-            .await
-            .expect("INFO commandstats");
-        stats.get(command).copied().unwrap_or(0)
-    }
-
-    async fn exists(&self, server: &RedisServer, name: &str) -> bool {
-        let mut conn = self.conn(server).await;
-        redis::cmd("EXISTS")
-            .arg(format!("{}:{{{name}}}", self.prefix))
-            .query_async(&mut conn)
-            .await
-            .expect("EXISTS")
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_setting_off_no_wait_is_ever_sent() {
@@ -189,6 +113,134 @@ async fn a_cut_replication_fails_a_durable_acquire_and_leaves_nothing() {
             until(|| async { !bed.exists(&bed.master, "cut").await }).await;
         }
         bed.link.set(Mode::Pass);
+    })
+    .await;
+}
+
+/// A durable hold whose renewals no replica acknowledges is at risk: its deadline stays where
+/// the last acknowledged renewal put it, `lost()` fires there (while the master, which renewed
+/// it, still has it), and a manual extension fails with `NotReplicated`. A hold whose
+/// replication comes back before its deadline is kept, its deadline moved by the next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_renewal_does_not_extend_a_durable_hold() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed
+            .builder(&bed.master)
+            .default_lease(Duration::from_secs(3))
+            .durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(500),
+            })
+            .build()
+            .expect("client");
+        let at_risk = client
+            .mutex("at-risk")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        bed.link.set(Mode::Blackhole);
+        let refused = at_risk.extend(Duration::from_secs(3)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::NotReplicated {
+                    acked: 0,
+                    wanted: 1
+                })
+            ),
+            "{refused:?}"
+        );
+        let deadline = at_risk.valid_until();
+        at_risk.lost().await;
+        assert!(
+            std::time::Instant::now() >= deadline,
+            "lost at its deadline, not before"
+        );
+        assert_eq!(at_risk.valid_until(), deadline, "no renewal counted");
+        assert!(
+            bed.exists(&bed.master, "at-risk").await,
+            "the master renewed it; no replica has the renewal"
+        );
+        drop(at_risk);
+
+        bed.link.set(Mode::Pass);
+        let kept = client
+            .mutex("kept")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        bed.link.set(Mode::Blackhole);
+        let refused = kept.extend(Duration::from_secs(3)).await;
+        assert!(
+            matches!(refused, Err(Error::NotReplicated { .. })),
+            "{refused:?}"
+        );
+        let deadline = kept.valid_until();
+        bed.link.set(Mode::Pass);
+        until(|| async { kept.valid_until() > deadline }).await;
+        assert!(kept.is_held());
+        kept.unlock().await.expect("unlock");
+        assert!(!bed.exists(&bed.master, "kept").await);
+    })
+    .await;
+}
+
+/// `Durability::Fsynced` asks the server once whether it has `WAITAOF`. Redis 7.0 (this test's
+/// server) does not: the acquisition fails with `Unsupported` before any script runs, nothing
+/// is left, and a handle without it goes on working over the same durable connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsynced_durability_is_refused_by_a_server_without_waitaof() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let mut conn = bed.conn(&bed.master).await;
+        let info: redis::Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("WAITAOF")
+            .query_async(&mut conn)
+            .await
+            .expect("COMMAND INFO");
+        if info != redis::Value::Array(vec![redis::Value::Nil]) {
+            panic!("this server has WAITAOF ({info:?}): the test expects Redis 7.0 or 7.1");
+        }
+        let fsynced = Durability::Fsynced {
+            local: false,
+            replicas: 1,
+            timeout: Duration::from_millis(300),
+        };
+        let client = bed
+            .builder(&bed.master)
+            .durability(fsynced)
+            .build()
+            .expect("client");
+        let scripts = bed.calls("evalsha").await + bed.calls("eval").await;
+        for _ in 0..2 {
+            let refused = client.mutex("aof").expect("mutex").lock().await;
+            assert!(
+                matches!(refused, Err(Error::Unsupported { .. })),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(
+            bed.calls("evalsha").await + bed.calls("eval").await,
+            scripts,
+            "no script ran"
+        );
+        assert!(!bed.exists(&bed.master, "aof").await);
+        let received = client
+            .mutex("aof")
+            .expect("mutex")
+            .with_durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_secs(10),
+            })
+            .expect("durability")
+            .lock()
+            .await
+            .expect("lock");
+        received.unlock().await.expect("unlock");
     })
     .await;
 }

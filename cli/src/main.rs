@@ -5,6 +5,7 @@
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
+//! redlatch --sentinel redis://s1:26379,redis://s2:26379 --master mymaster inspect NAME
 //! ```
 
 use std::io::{BufRead, Write};
@@ -34,11 +35,18 @@ struct Cli {
     /// `bench`: also run the cluster scenario on a 3-master cluster of the tool's own.
     #[arg(long, global = true)]
     cluster: bool,
+    /// Reach the master through Redis Sentinel: the sentinels' addresses, separated by commas
+    /// (`--url` is then not needed).
+    #[arg(long, global = true, conflicts_with = "cluster")]
+    sentinel: Option<String>,
+    /// With `--sentinel`: the name the sentinels know the master by.
+    #[arg(long, default_value = "mymaster", global = true)]
+    master: String,
     #[command(subcommand)]
     command: Command,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 enum Command {
     /// Run the contention benchmark: a table on stdout, `contention.json` and `contention.svg`.
     Bench {
@@ -106,8 +114,19 @@ async fn main() -> ExitCode {
     }
 }
 
-fn client(url: Option<&str>, prefix: &str, cluster: bool) -> AnyResult<LockClient> {
-    let url = url.ok_or("no server: give --url or set REDIS_URL")?;
+fn client(cli: &Cli) -> AnyResult<LockClient> {
+    let prefix = cli.prefix.as_str();
+    if let Some(sentinels) = &cli.sentinel {
+        let sentinels: Vec<&str> = sentinels.split(',').map(str::trim).collect();
+        return Ok(LockClient::sentinel_builder(sentinels, &cli.master)
+            .key_prefix(prefix)
+            .build()?);
+    }
+    let url = cli
+        .url
+        .as_deref()
+        .ok_or("no server: give --url (or --sentinel) or set REDIS_URL")?;
+    let cluster = cli.cluster;
     if cluster {
         let seeds: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
         return bench::redlatch_cluster_client(&seeds, prefix);
@@ -116,7 +135,7 @@ fn client(url: Option<&str>, prefix: &str, cluster: bool) -> AnyResult<LockClien
 }
 
 async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
-    match cli.command {
+    match cli.command.clone() {
         Command::Bench {
             quick,
             out,
@@ -177,12 +196,12 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { name } => {
-            let client = client(cli.url.as_deref(), &cli.prefix, cli.cluster)?;
+            let client = client(&cli)?;
             print!("{}", client.inspect(&name).await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::ForceUnlock { name, yes } => {
-            let client = client(cli.url.as_deref(), &cli.prefix, cli.cluster)?;
+            let client = client(&cli)?;
             let snapshot = client.inspect(&name).await?;
             if snapshot.kind.is_none() {
                 println!("{name}: nothing stored, nothing to unlock");

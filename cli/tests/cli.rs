@@ -91,6 +91,49 @@ async fn inspect_shows_the_holder_and_force_unlock_asks_first() {
     .await;
 }
 
+/// `--sentinel` finds the master through a sentinel of the test's own: `inspect` there shows
+/// the holder a client of the master took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_through_a_sentinel() {
+    let redis = TestRedis::own();
+    let port: u16 = redis
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("port");
+    let sentinels = tokio::task::spawn_blocking(move || {
+        redlatch_harness::sentinel::Sentinels::start("cli", port, 1, 0)
+    })
+    .await
+    .unwrap()
+    .expect("sentinel");
+    within(Duration::from_secs(60), async {
+        let client = client(&redis);
+        let guard = client.mutex("report").unwrap().lock().await.unwrap();
+        let (address, prefix) = (sentinels.urls().join(","), redis.prefix.clone());
+        let (ok, out) = tokio::task::spawn_blocking(move || {
+            let args = [
+                "--sentinel",
+                &address,
+                "--master",
+                "cli",
+                "--prefix",
+                &prefix,
+                "inspect",
+                "report",
+            ];
+            tool(&args, &[], "")
+        })
+        .await
+        .unwrap();
+        assert!(ok, "{out}");
+        assert!(out.contains(&guard.owner().short_id()), "{out}");
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
 #[test]
 fn bench_refuses_a_hand_off_hold_below_2_ms() {
     let (ok, out) = tool(&["bench", "--quick", "--handoff-hold-ms", "1"], &[], "");

@@ -9,6 +9,8 @@
 //!   can move and whose masters it can fail over;
 //! * [`measure`]: the loops the contention figures are made of (task loops, contended runs,
 //!   hand-offs, the raw-script reference, request counts and CPU accounting);
+//! * [`replication`]: a master and a replica whose replication stream a proxy can cut;
+//! * [`sentinel`]: sentinels monitoring a master a test started, and waits for their failover;
 //! * [`proxy`]: a TCP proxy that delays, holds, blackholes, resets or refuses traffic, for
 //!   fault injection;
 //! * [`resource`]: what critical sections write to in a fault test (a register updated without
@@ -18,7 +20,9 @@ pub mod check;
 pub mod cluster;
 pub mod measure;
 pub mod proxy;
+pub mod replication;
 pub mod resource;
+pub mod sentinel;
 pub mod server;
 mod test_server;
 

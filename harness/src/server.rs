@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where to find the binary: `REDLATCH_REDIS_SERVER`, else `redis-server` on `PATH`.
-fn binary() -> String {
+pub(crate) fn binary() -> String {
     std::env::var("REDLATCH_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
@@ -219,14 +219,14 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind a loopback port")
 }
 
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };

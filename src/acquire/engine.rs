@@ -143,10 +143,9 @@ impl Engine {
         &self,
         request: &R,
     ) -> Result<(Answer, Option<(u32, u32)>)> {
-        match self.durability.wanted() {
+        match Want::of(self.durability) {
             None => Ok((self.core.backend.run(request).await?, None)),
-            Some((replicas, timeout)) => {
-                let want = Want { replicas, timeout };
+            Some(want) => {
                 let (answer, acked, wanted) = self.core.backend.run_durable(request, want).await?;
                 Ok((answer, Some((acked, wanted))))
             }
@@ -285,6 +284,7 @@ impl Engine {
             self.core.config.drift,
             sent_at,
         )
+        .durable(Want::of(self.durability))
     }
 
     /// The granted hold of `ask` (its owner as stored in Redis: `owner`), with fencing token

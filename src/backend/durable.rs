@@ -4,17 +4,21 @@
 //! durable calls go over a connection of their own, never the one every other request shares.
 //! One task owns it: it takes every call queued since its last round, sends them back to back
 //! (with `ROLE`, which says how many replicas are connected), then one `WAIT` that covers them
-//! all (group commit), and answers each call with its reply and the acknowledgements.
+//! all (group commit), and answers each call with its reply and the acknowledgements. Calls
+//! that want their writes fsynced wait with one `WAITAOF` instead; the server is asked once per
+//! connection whether it has the command (Redis 7.2 and later), and without it they are refused
+//! before they run.
 
 use std::time::Duration;
 
-use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::script::Script;
-use super::single::{connect, send_on};
+use super::single::{demoted, send_on};
+use super::source::Source;
+use crate::config::Durability;
 use crate::error::{Error, Result};
 
 /// The most calls one round carries.
@@ -28,6 +32,30 @@ pub(crate) struct Want {
     /// At least this many; `None`: every replica connected when the call ran.
     pub(crate) replicas: Option<u32>,
     pub(crate) timeout: Duration,
+    /// Fsynced to the append-only file (`WAITAOF`) rather than received (`WAIT`); `Some(true)`:
+    /// by the master too.
+    pub(crate) aof: Option<bool>,
+}
+
+impl Want {
+    /// What `durability` asks of each durable call; `None`: nothing (not durable).
+    pub(crate) fn of(durability: Durability) -> Option<Self> {
+        let (replicas, timeout, aof) = match durability {
+            Durability::AllReplicas { timeout } => (None, timeout, None),
+            Durability::Replicas { count, timeout } => (Some(count), timeout, None),
+            Durability::Fsynced {
+                local,
+                replicas,
+                timeout,
+            } => (Some(replicas), timeout, Some(local)),
+            _ => return None,
+        };
+        Some(Self {
+            replicas,
+            timeout,
+            aof,
+        })
+    }
 }
 
 /// A durable call's reply: the script's raw reply, and how many replicas acknowledged it of
@@ -53,11 +81,11 @@ pub(crate) struct Durable {
 }
 
 impl Durable {
-    /// Starts the task on the current runtime: it takes its connection from `pool` on first
-    /// use (and again after a failure), loading `scripts`.
-    pub(crate) fn spawn(pool: Pool, scripts: Vec<&'static Script>) -> Self {
+    /// Starts the task on the current runtime: it takes its connection from `source` on first
+    /// use (and again after a failure or a failover), loading `scripts`.
+    pub(crate) fn spawn(source: Source, scripts: Vec<&'static Script>) -> Self {
         let (jobs, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, scripts, rx));
+        tokio::spawn(run(source, scripts, rx));
         Self { jobs }
     }
 
@@ -90,8 +118,10 @@ fn shared(err: &dyn std::fmt::Display) -> Error {
     )))
 }
 
-async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedReceiver<Job>) {
-    let mut conn: Option<MultiplexedConnection> = None;
+async fn run(source: Source, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedReceiver<Job>) {
+    // The connection, the source's generation when it was made, and whether its server has
+    // `WAITAOF` (once asked).
+    let mut conn: Option<(MultiplexedConnection, u64, Option<bool>)> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -100,14 +130,13 @@ async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedR
                 Err(_) => break,
             }
         }
-        let c = match conn.clone() {
-            Some(c) => c,
-            None => match connect(&pool, &scripts).await {
-                Ok(c) => {
-                    conn = Some(c.clone());
-                    c
-                }
+        let generation = source.generation();
+        let (c, mut aof) = match conn.clone().filter(|(_, made, _)| *made == generation) {
+            Some((c, _, aof)) => (c, aof),
+            None => match source.connect(&scripts).await {
+                Ok(c) => (c, None),
                 Err(err) => {
+                    conn = None;
                     for job in batch {
                         let _ = job.reply.send(Err(shared(&err)));
                     }
@@ -115,6 +144,25 @@ async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedR
                 }
             },
         };
+        if aof.is_none() && batch.iter().any(|job| job.want.aof.is_some()) {
+            aof = probe_waitaof(&c).await;
+        }
+        conn = Some((c.clone(), generation, aof));
+        if aof == Some(false) {
+            // Refused before anything is taken.
+            let (refused, rest): (Vec<Job>, Vec<Job>) =
+                batch.into_iter().partition(|job| job.want.aof.is_some());
+            for job in refused {
+                let _ = job.reply.send(Err(Error::Unsupported {
+                    what: "Durability::Fsynced (WAITAOF)",
+                    reason: "the server has no WAITAOF (Redis 7.2 and later have it)",
+                }));
+            }
+            batch = rest;
+            if batch.is_empty() {
+                continue;
+            }
+        }
         if let Err(err) = round(c, batch).await {
             tracing::debug!(error = %err, "durable connection failed; taking a new one");
             conn = None;
@@ -122,7 +170,23 @@ async fn run(pool: Pool, scripts: Vec<&'static Script>, mut rx: mpsc::UnboundedR
     }
 }
 
-/// One round: the calls and `ROLE` back to back, then one `WAIT` for them all.
+/// Whether the server has `WAITAOF` (`None`: it did not say).
+async fn probe_waitaof(conn: &MultiplexedConnection) -> Option<bool> {
+    let mut conn = conn.clone();
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("WAITAOF")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    match info {
+        Value::Array(items) => Some(!matches!(items.first(), None | Some(Value::Nil))),
+        _ => None,
+    }
+}
+
+/// One round: the calls and `ROLE` back to back, then one `WAIT` and one `WAITAOF` (each only
+/// if a call wants it) for them all.
 async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResult<()> {
     let calls = batch.iter().map(|job| {
         let mut conn = conn.clone();
@@ -140,41 +204,36 @@ async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResu
     };
     let wanted: Vec<u32> = batch
         .iter()
-        .map(|job| job.want.replicas.unwrap_or(connected))
+        .map(|job| match job.want.aof {
+            None => job.want.replicas.unwrap_or(connected),
+            Some(local) => job
+                .want
+                .replicas
+                .unwrap_or(0)
+                .saturating_add(u32::from(local)),
+        })
         .collect();
-    let most = wanted.iter().copied().max().unwrap_or(0);
-    let timeout = batch
-        .iter()
-        .map(|job| job.want.timeout)
-        .max()
-        .unwrap_or_default();
-    let acked = if most == 0 {
-        Ok(0)
-    } else {
-        // The wait may last its whole timeout: longer than the connection's response timeout
-        // (redis-rs: 500 ms by default) would count a slow answer as a lost one.
-        let mut conn = conn.clone();
-        conn.set_response_timeout(timeout.saturating_add(WAIT_MARGIN));
-        redis::cmd("WAIT")
-            .arg(most)
-            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-            .query_async::<i64>(&mut conn)
-            .await
-            .map(|n| u32::try_from(n).unwrap_or(0))
-    };
-    let broken = match (&acked, &role) {
-        (Err(err), _) | (_, Err(err)) => Some(err.clone()),
-        _ => None,
+    let received = wait(&conn, &batch, &wanted).await;
+    let fsynced = wait_aof(&conn, &batch).await;
+    let broken = match (&received, &fsynced, &role) {
+        (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => Some(err.clone()),
+        // A demoted master: the next round takes a connection to the master there is now.
+        _ => replies
+            .iter()
+            .find_map(|reply| reply.as_ref().err().filter(|err| demoted(err)).cloned()),
     };
     for ((job, reply), wanted) in batch.into_iter().zip(replies).zip(wanted) {
-        let answer = match (reply, &acked) {
-            (Ok(raw), Ok(acked)) => Ok(Acked {
-                raw,
-                acked: *acked,
-                wanted,
+        let acked = match job.want.aof {
+            None => received.clone(),
+            Some(local) => fsynced.clone().map(|(on_master, on_replicas)| {
+                let replicas = on_replicas.min(job.want.replicas.unwrap_or(0));
+                replicas.saturating_add(u32::from(local && on_master > 0))
             }),
+        };
+        let answer = match (reply, acked) {
+            (Ok(raw), Ok(acked)) => Ok(Acked { raw, acked, wanted }),
             (Err(err), _) => Err(Error::from(err)),
-            (Ok(_), Err(err)) => Err(shared(err)),
+            (Ok(_), Err(err)) => Err(shared(&err)),
         };
         let _ = job.reply.send(answer);
     }
@@ -182,6 +241,77 @@ async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResu
         Some(err) => Err(err),
         None => Ok(()),
     }
+}
+
+/// A clone of `conn` whose requests may take `timeout` and a margin: a wait may last its whole
+/// timeout, longer than the connection's response timeout (redis-rs: 500 ms by default), which
+/// would count a slow answer as a lost one.
+fn waiting(conn: &MultiplexedConnection, timeout: Duration) -> MultiplexedConnection {
+    let mut conn = conn.clone();
+    conn.set_response_timeout(timeout.saturating_add(WAIT_MARGIN));
+    conn
+}
+
+fn millis(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One `WAIT` for the most replicas the `WAIT` calls of `batch` want: how many acknowledged.
+async fn wait(
+    conn: &MultiplexedConnection,
+    batch: &[Job],
+    wanted: &[u32],
+) -> redis::RedisResult<u32> {
+    let waits = || {
+        batch
+            .iter()
+            .zip(wanted)
+            .filter(|(job, _)| job.want.aof.is_none())
+    };
+    let most = waits().map(|(_, wanted)| *wanted).max().unwrap_or(0);
+    if most == 0 {
+        return Ok(0);
+    }
+    let timeout = waits()
+        .map(|(job, _)| job.want.timeout)
+        .max()
+        .unwrap_or_default();
+    redis::cmd("WAIT")
+        .arg(most)
+        .arg(millis(timeout))
+        .query_async::<i64>(&mut waiting(conn, timeout))
+        .await
+        .map(|n| u32::try_from(n).unwrap_or(0))
+}
+
+/// One `WAITAOF` for what the `WAITAOF` calls of `batch` want at most: how many fsynced, on the
+/// master (0 or 1) and on replicas.
+async fn wait_aof(conn: &MultiplexedConnection, batch: &[Job]) -> redis::RedisResult<(u32, u32)> {
+    let fsyncs = || {
+        batch
+            .iter()
+            .filter_map(|job| job.want.aof.map(|local| (job, local)))
+    };
+    if fsyncs().next().is_none() {
+        return Ok((0, 0));
+    }
+    let local = fsyncs().any(|(_, local)| local);
+    let replicas = fsyncs()
+        .map(|(job, _)| job.want.replicas.unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    let timeout = fsyncs()
+        .map(|(job, _)| job.want.timeout)
+        .max()
+        .unwrap_or_default();
+    let (on_master, on_replicas): (i64, i64) = redis::cmd("WAITAOF")
+        .arg(u32::from(local))
+        .arg(replicas)
+        .arg(millis(timeout))
+        .query_async(&mut waiting(conn, timeout))
+        .await?;
+    let count = |n: i64| u32::try_from(n).unwrap_or(0);
+    Ok((count(on_master), count(on_replicas)))
 }
 
 /// How many replicas a master's `ROLE` reply lists (0 for anything else).

@@ -20,9 +20,12 @@ mod cluster;
 mod durable;
 mod quorum;
 mod script;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod single;
 #[cfg(feature = "cluster")]
 mod slots;
+mod source;
 mod subscription;
 
 use std::sync::Arc;
@@ -36,6 +39,9 @@ pub(crate) use quorum::Quorum;
 #[cfg(test)]
 pub(crate) use script::Publish;
 pub(crate) use script::{By, Call, Script};
+#[cfg(feature = "sentinel")]
+pub(crate) use sentinel::Master;
+pub(crate) use source::Source;
 pub(crate) use subscription::{Listener, Requests, Subscriber, channel as subscription};
 
 use crate::error::Result;
@@ -107,21 +113,24 @@ fn cluster_settings(
 }
 
 impl Backend {
-    /// One server, reached through `pool` for requests (each new connection loading
-    /// `scripts`) and through `server` for the subscription, which serves `listener` the
-    /// channels `requests` ask for until `shutdown`'s sender is dropped. Must be called inside a
-    /// tokio runtime.
+    /// One server (or the master a set of sentinels names), reached through `source` for
+    /// requests (each new connection loading `scripts`) and for the subscription, which serves
+    /// `listener` the channels `requests` ask for until `shutdown`'s sender is dropped. Must be
+    /// called inside a tokio runtime.
     pub(crate) fn single(
-        pool: Pool,
+        source: Source,
         scripts: Vec<&'static Script>,
-        server: redis::Client,
         listener: Arc<dyn Listener>,
         requests: Requests,
         shutdown: watch::Receiver<()>,
     ) -> Self {
-        subscription::spawn(server, listener, requests, shutdown);
+        #[cfg(feature = "sentinel")]
+        if let Source::Sentinel(master) = &source {
+            master.watch(shutdown.clone());
+        }
+        subscription::spawn(source.clone(), listener, requests, shutdown);
         Self {
-            servers: Servers::Single(Node::new(pool, scripts)),
+            servers: Servers::Single(Node::new(source, scripts)),
         }
     }
 

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::script::{By, Publish};
 use super::single::Node;
+use super::source::Source;
 use super::subscription::{self, Listener, Requests};
 use super::{Request, Script};
 use crate::config::Redlock;
@@ -242,8 +243,17 @@ pub(super) fn start(
             merged: Arc::clone(&merged),
             index,
         });
-        subscription::spawn(client, node_listener, node_requests, shutdown.clone());
-        nodes.push(Arc::new(Node::new(pool, scripts.to_vec())));
+        let source = Source::Fixed {
+            pool,
+            server: Box::new(client),
+        };
+        subscription::spawn(
+            source.clone(),
+            node_listener,
+            node_requests,
+            shutdown.clone(),
+        );
+        nodes.push(Arc::new(Node::new(source, scripts.to_vec())));
     }
     // Every channel the registry asks for is asked of every node.
     let mut wanted = requests.into_inner();

@@ -1,10 +1,10 @@
-//! One Redis server: requests multiplexed over one connection taken from the caller's
-//! `deadpool_redis::Pool` (cloned per request, taken again after a connection failure), so a
-//! lock operation costs exactly its script call and no pool check-out round trip.
+//! One Redis server: requests multiplexed over one connection taken from its [`Source`] (the
+//! caller's `deadpool_redis::Pool`, or the master Sentinel names), cloned per request and taken
+//! again after a connection failure or a failover, so a lock operation costs exactly its script
+//! call and no pool check-out round trip.
 
 use std::time::Duration;
 
-use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::Request;
 use super::durable::{Acked, Durable, Want};
 use super::script::{By, Publish, Script, by_source};
+use super::source::Source;
 use crate::error::Result;
 
 /// How long requests may go unanswered (each timing out) before the connection is given up for
@@ -21,12 +22,13 @@ const STALL: Duration = Duration::from_secs(2);
 
 /// One Redis server.
 pub(crate) struct Node {
-    pool: Pool,
+    source: Source,
     /// Loaded on every new connection: a call is then by hash even on its first use, so one
     /// that a pause holds up still runs when the pause ends (a hash the server does not know
     /// fails then, and nobody is left to send the source).
     scripts: Vec<&'static Script>,
-    conn: std::sync::Mutex<Option<MultiplexedConnection>>,
+    /// The shared connection, and the source's generation when it was made.
+    conn: std::sync::Mutex<Option<(MultiplexedConnection, u64)>>,
     connecting: tokio::sync::Mutex<()>,
     /// Since when requests have been timing out with no answer between.
     stalled_since: std::sync::Mutex<Option<Instant>>,
@@ -37,15 +39,15 @@ pub(crate) struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("pool", &self.pool.status())
-            .finish()
+            .field("source", &self.source)
+            .finish_non_exhaustive()
     }
 }
 
 impl Node {
-    pub(crate) fn new(pool: Pool, scripts: Vec<&'static Script>) -> Self {
+    pub(crate) fn new(source: Source, scripts: Vec<&'static Script>) -> Self {
         Self {
-            pool,
+            source,
             scripts,
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
@@ -54,8 +56,18 @@ impl Node {
         }
     }
 
+    /// The shared connection, unless the server changed since it was made (a failover).
     fn cached(&self) -> Option<MultiplexedConnection> {
-        self.conn.lock().ok().and_then(|c| c.clone())
+        let generation = self.source.generation();
+        let mut slot = self.conn.lock().ok()?;
+        match &*slot {
+            Some((conn, made)) if *made == generation => Some(conn.clone()),
+            Some(_) => {
+                slot.take();
+                None
+            }
+            None => None,
+        }
     }
 
     /// The shared multiplexed connection, taken from the pool on first use and after a failure.
@@ -67,9 +79,10 @@ impl Node {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
-        let conn = connect(&self.pool, &self.scripts).await?;
+        let generation = self.source.generation();
+        let conn = self.source.connect(&self.scripts).await?;
         if let Ok(mut slot) = self.conn.lock() {
-            *slot = Some(conn.clone());
+            *slot = Some((conn.clone(), generation));
         }
         Ok(conn)
     }
@@ -96,14 +109,7 @@ impl Node {
                 let broken = err.is_unrecoverable_error() || err.is_connection_dropped();
                 let stalled = err.is_timeout() && self.stalled(true);
                 let failed = err.is_io_error() && !err.is_timeout();
-                // A demoted master still answers (`PING` too, so a pool cannot tell): the next
-                // request takes another connection, which a Sentinel-aware pool makes to the
-                // new master.
-                let demoted = matches!(
-                    err.kind(),
-                    ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
-                );
-                if (broken || stalled || failed || demoted)
+                if (broken || stalled || failed || demoted(&err))
                     && let Ok(mut slot) = self.conn.lock()
                 {
                     slot.take();
@@ -118,7 +124,7 @@ impl Node {
     pub(crate) async fn send_durable<R: Request>(&self, request: &R, want: Want) -> Result<Acked> {
         let durable = self
             .durable
-            .get_or_init(|| Durable::spawn(self.pool.clone(), self.scripts.clone()));
+            .get_or_init(|| Durable::spawn(self.source.clone(), self.scripts.clone()));
         let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
         durable.send(by_hash, source, want).await
     }
@@ -156,19 +162,12 @@ pub(super) async fn send_on(
     }
 }
 
-/// A connection of its own from `pool`, with `scripts` loaded, so that a call is by hash even
-/// on its first use.
-pub(super) async fn connect(
-    pool: &Pool,
-    scripts: &[&'static Script],
-) -> Result<MultiplexedConnection> {
-    // Boxed: the pool's future is several kilobytes, and every lock future would carry it.
-    let mut conn = deadpool_redis::Connection::take(Box::pin(pool.get()).await?);
-    let mut load = redis::pipe();
-    for script in scripts {
-        load.add_command(script.load(Publish::Plain)).ignore();
-    }
-    // A failed load costs nothing: a call by hash falls back to the source.
-    let _: redis::RedisResult<()> = load.query_async(&mut conn).await;
-    Ok(conn)
+/// A demoted master still answers (`PING` too, so a pool cannot tell): after `READONLY` or
+/// `MASTERDOWN` the connection it came on is given up, and the next one is taken from the
+/// source (a Sentinel source makes it to the new master).
+pub(super) fn demoted(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+    )
 }

@@ -4,7 +4,8 @@
 //! message means, belong to its [`Listener`] (the client's waiter registry), which it tells of
 //! every message, confirmation and disconnection. After a reconnection it subscribes again to
 //! every channel the listener still wants; anything released meanwhile went unheard, which the
-//! listener answers by waking its waiters.
+//! listener answers by waking its waiters. When its [`Source`] announces a new server (a
+//! Sentinel failover), it moves there at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +13,14 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
+use super::source::Source;
+
 /// How often channels without waiters are looked for, to be unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts to connect: to one address, and to the master that
+/// Sentinel names (which a failover is expected to change within seconds).
+const RETRY_MAX: Duration = Duration::from_secs(1);
+const RETRY_MAX_SENTINEL: Duration = Duration::from_millis(250);
 
 /// What the subscription tells, and asks, the waiter registry.
 pub(crate) trait Listener: Send + Sync + 'static {
@@ -69,27 +76,36 @@ pub(crate) fn channel() -> (Subscriber, Requests) {
     (Subscriber { commands }, Requests(rx))
 }
 
-/// Runs the subscription of `client`'s server until `shutdown`'s sender is dropped.
+/// Runs the subscription of `source`'s server until `shutdown`'s sender is dropped.
 pub(super) fn spawn(
-    client: redis::Client,
+    source: Source,
     listener: Arc<dyn Listener>,
     requests: Requests,
     shutdown: watch::Receiver<()>,
 ) {
-    tokio::spawn(run(client, listener, requests.0, shutdown));
+    tokio::spawn(run(source, listener, requests.0, shutdown));
 }
 
 async fn run(
-    client: redis::Client,
+    source: Source,
     listener: Arc<dyn Listener>,
     mut requests: mpsc::UnboundedReceiver<String>,
     mut shutdown: watch::Receiver<()>,
 ) {
     let mut retry = Duration::from_millis(10);
+    let mut moves = source.moves();
+    let retry_max = if moves.is_some() {
+        RETRY_MAX_SENTINEL
+    } else {
+        RETRY_MAX
+    };
     loop {
+        if let Some(moves) = &mut moves {
+            moves.mark_unchanged();
+        }
         let conn = tokio::select! {
             _ = shutdown.changed() => return,
-            conn = client.get_async_pubsub() => conn,
+            conn = source.pubsub() => conn,
         };
         let (mut sink, mut stream) = match conn {
             Ok(conn) => conn.split(),
@@ -99,7 +115,7 @@ async fn run(
                     _ = shutdown.changed() => return,
                     _ = tokio::time::sleep(retry) => {}
                 }
-                retry = (retry * 2).min(Duration::from_secs(1));
+                retry = (retry * 2).min(retry_max);
                 continue;
             }
         };
@@ -134,9 +150,23 @@ async fn run(
                         break;
                     }
                 }
+                () = moved(&mut moves) => {
+                    tracing::debug!("a new master was announced; the subscription moves to it");
+                    break;
+                }
             }
         }
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         listener.disconnected();
     }
+}
+
+/// Completes when the server changes (never for a fixed address).
+async fn moved(moves: &mut Option<watch::Receiver<u64>>) {
+    if let Some(moves) = moves
+        && moves.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }

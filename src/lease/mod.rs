@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 pub use view::HoldView;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Want};
 use crate::config::{Drift, lease_ms};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
@@ -57,6 +57,8 @@ pub(crate) struct Hold {
     handed: AtomicBool,
     /// Its guard let it go (released, or handed to the release queue).
     ended: AtomicBool,
+    /// Renewals count only once replicas acknowledged them (`None`: at once).
+    pub(crate) durable: Option<Want>,
     lost: watch::Sender<bool>,
 }
 
@@ -86,8 +88,15 @@ impl Hold {
             expires_at: StdMutex::new(after(sent_at, drift.validity(lease))),
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            durable: None,
             lost: watch::Sender::new(false),
         }
+    }
+
+    /// Renewals that count only once replicas acknowledged them as `want` says.
+    pub(crate) fn durable(mut self, want: Option<Want>) -> Self {
+        self.durable = want;
+        self
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -262,7 +271,9 @@ impl Held {
         }
     }
 
-    /// Makes the remaining lease at least `lease` from now.
+    /// Makes the remaining lease at least `lease` from now. A durable hold's extension that
+    /// fewer replicas acknowledged than wanted fails with [`Error::NotReplicated`] and leaves
+    /// the hold's deadline where it was.
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
         let ms = lease_ms(lease)?;
         let hold = self.hold();
@@ -270,14 +281,16 @@ impl Held {
             return Err(self.not_held());
         }
         let sent_at = Instant::now();
-        let status = release::extend(self.lease.tasks.backend(), &[(hold, ms)])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let renewed = release::extend(self.lease.tasks.backend(), &[(hold, ms)]).await?;
+        let status = renewed.statuses.first().copied().unwrap_or_default();
         match status {
             1 => {
                 hold.confirm(sent_at, lease);
                 Ok(())
+            }
+            release::UNREPLICATED => {
+                let (acked, wanted) = renewed.shortfall.unwrap_or_default();
+                Err(Error::NotReplicated { acked, wanted })
             }
             0 => {
                 hold.mark_lost();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Hold;
-use crate::backend::Backend;
+use crate::backend::{Backend, Request, Want};
 use crate::config::{FENCE_TTL, millis};
 use crate::error::{Error, Result};
 use crate::protocol::{Family, mutex, queue};
@@ -76,61 +76,105 @@ pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
     }
 }
 
-/// Renews holds, each to at least its given lease in ms: one script call per script family and
-/// per group of keys the backend takes in one call (on a cluster, a hash slot), the calls in
-/// flight together. One status per item, in order: `1` renewed, `0` not held any more,
-/// negative for foreign data. A Redlock client asks every node and counts (see [`super::quorum`]).
-pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<Vec<i64>> {
+/// The status of a renewal that Redis made but that fewer replicas acknowledged than the
+/// hold's durability wants: it does not count, and the hold keeps its old deadline.
+pub(crate) const UNREPLICATED: i64 = 2;
+
+/// What a renewal of several holds came to: one status per hold, and the largest shortfall of
+/// replica acknowledgements among them (acknowledged, wanted), if any.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    pub(crate) statuses: Vec<i64>,
+    pub(crate) shortfall: Option<(u32, u32)>,
+}
+
+/// Renews holds, each to at least its given lease in ms: one script call per script family,
+/// per group of keys the backend takes in one call (on a cluster, a hash slot) and per
+/// durability, the calls in flight together. One status per item, in order: `1` renewed, `0`
+/// not held any more, [`UNREPLICATED`], negative for foreign data. A Redlock client asks every
+/// node and counts (see [`super::quorum`]).
+pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<Renewed> {
     if let Some(quorum) = backend.as_quorum() {
-        return super::quorum::extend(quorum, items).await;
+        return Ok(Renewed {
+            statuses: super::quorum::extend(quorum, items).await?,
+            shortfall: None,
+        });
     }
-    // (is a mutex, batch group) -> item indices, in first-seen order.
-    let mut groups: Vec<((bool, u16), Vec<usize>)> = Vec::new();
+    // (is a mutex, batch group, durability) -> item indices, in first-seen order.
+    type Group = (bool, u16, Option<Want>);
+    let mut groups: Vec<(Group, Vec<usize>)> = Vec::new();
     for (i, (hold, _)) in items.iter().enumerate() {
         let group = (
             hold.family == Family::Mutex,
             backend.batch_group(&hold.keys.lock),
+            hold.durable,
         );
         match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, members)) => members.push(i),
             None => groups.push((group, vec![i])),
         }
     }
-    let calls = groups.iter().map(|((is_mutex, _), members)| async move {
-        let statuses = if *is_mutex {
-            let renewals: Vec<mutex::Renewal<'_>> = members
-                .iter()
-                .map(|&i| mutex::Renewal {
-                    lock: &items[i].0.keys.lock,
-                    owner: &items[i].0.owner,
-                    ms: items[i].1,
-                })
-                .collect();
-            backend.run(&mutex::Extend { items: &renewals }).await
-        } else {
-            let renewals: Vec<queue::Renewal<'_>> = members
-                .iter()
-                .map(|&i| {
-                    let hold = items[i].0;
-                    queue::Renewal {
-                        keys: &hold.keys,
-                        family: hold.family,
-                        exclusive: hold.op.is_exclusive(),
-                        owner: &hold.owner,
+    let calls = groups
+        .iter()
+        .map(|((is_mutex, _, want), members)| async move {
+            let statuses = if *is_mutex {
+                let renewals: Vec<mutex::Renewal<'_>> = members
+                    .iter()
+                    .map(|&i| mutex::Renewal {
+                        lock: &items[i].0.keys.lock,
+                        owner: &items[i].0.owner,
                         ms: items[i].1,
-                    }
-                })
-                .collect();
-            backend.run(&queue::Extend { items: &renewals }).await
-        };
-        statuses.map(|s| (members, s))
-    });
-    let mut out = vec![0; items.len()];
+                    })
+                    .collect();
+                renew(backend, &mutex::Extend { items: &renewals }, *want).await
+            } else {
+                let renewals: Vec<queue::Renewal<'_>> = members
+                    .iter()
+                    .map(|&i| {
+                        let hold = items[i].0;
+                        queue::Renewal {
+                            keys: &hold.keys,
+                            family: hold.family,
+                            exclusive: hold.op.is_exclusive(),
+                            owner: &hold.owner,
+                            ms: items[i].1,
+                        }
+                    })
+                    .collect();
+                renew(backend, &queue::Extend { items: &renewals }, *want).await
+            };
+            statuses.map(|s| (members, s))
+        });
+    let mut out = Renewed {
+        statuses: vec![0; items.len()],
+        shortfall: None,
+    };
     for result in futures_util::future::join_all(calls).await {
-        let (members, statuses) = result?;
+        let (members, (statuses, shortfall)) = result?;
         for (&i, status) in members.iter().zip(statuses) {
-            out[i] = status;
+            out.statuses[i] = status;
         }
+        out.shortfall = out.shortfall.max(shortfall);
     }
     Ok(out)
+}
+
+/// Runs one renewal call, durably when `want` says: the statuses, a renewal that fewer
+/// replicas acknowledged than wanted counted as [`UNREPLICATED`], and that shortfall.
+async fn renew<R: Request<Reply = Vec<i64>>>(
+    backend: &Backend,
+    request: &R,
+    want: Option<Want>,
+) -> Result<(Vec<i64>, Option<(u32, u32)>)> {
+    let Some(want) = want else {
+        return Ok((backend.run(request).await?, None));
+    };
+    let (mut statuses, acked, wanted) = backend.run_durable(request, want).await?;
+    if acked >= wanted {
+        return Ok((statuses, None));
+    }
+    for status in statuses.iter_mut().filter(|s| **s == 1) {
+        *status = UNREPLICATED;
+    }
+    Ok((statuses, Some((acked, wanted))))
 }

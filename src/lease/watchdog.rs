@@ -9,7 +9,8 @@
 //!
 //! A hold is lost, never to be held again, when a renewal finds the lock gone or owned by
 //! another, or when its lease would have run out (measured from the moment the last successful
-//! renewal was sent) without Redis answering. A hold with a fixed lease is not renewed (unless
+//! renewal was sent) without Redis answering, or, for a durable hold, without enough replicas
+//! acknowledging a renewal. A hold with a fixed lease is not renewed (unless
 //! a release handed it over: then once, at once, to its full lease); it is marked lost when its
 //! lease runs out.
 
@@ -23,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Hold;
-use super::release::extend;
+use super::release::{UNREPLICATED, extend};
 use crate::backend::Backend;
 use crate::config::millis;
 use crate::protocol::foreign;
@@ -291,7 +292,7 @@ async fn renew<'a>(
         .max(Duration::from_millis(1));
     let items: Vec<(&Hold, u64)> = chunk.iter().map(|h| (&**h, millis(h.lease))).collect();
     let outcome = match tokio::time::timeout(limit, extend(backend, &items)).await {
-        Ok(Ok(statuses)) => Ok(statuses),
+        Ok(Ok(renewed)) => Ok(renewed.statuses),
         Ok(Err(err)) => Err(format!("{err:#}")),
         Err(_) => Err("no answer before the lease runs out".to_owned()),
     };
@@ -302,7 +303,12 @@ async fn renew<'a>(
 fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome: Outcome) {
     let why = match outcome {
         Ok(results) => {
+            let mut unreplicated = Vec::new();
             for (hold, status) in chunk.iter().zip(results) {
+                if status == UNREPLICATED {
+                    unreplicated.push(Arc::clone(hold));
+                    continue;
+                }
                 if status < 0 {
                     let err = foreign(&hold.keys.lock, status, hold.family.layout());
                     tracing::warn!(lock = %hold.name, error = %err, "lease renewal refused");
@@ -321,16 +327,28 @@ fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome
                     schedule.entries.remove(&hold.id);
                 }
             }
+            if !unreplicated.is_empty() {
+                tracing::warn!(
+                    holds = unreplicated.len(),
+                    "lease renewal not acknowledged by enough replicas: the hold is at risk, \
+                     lost at its deadline unless a later renewal is acknowledged"
+                );
+                retry_soon(schedule, &unreplicated);
+            }
             return;
         }
         Err(why) => why,
     };
     tracing::debug!(holds = chunk.len(), why, "lease renewal failed, retrying");
+    retry_soon(schedule, chunk);
+}
+
+/// Renews `chunk` again soon, and never later than each hold's deadline: a hold that cannot be
+/// renewed is lost the moment its lease runs out, before Redis lets it go.
+fn retry_soon(schedule: &mut Schedule, chunk: &[Arc<Hold>]) {
     let now = Instant::now();
     for hold in chunk {
         let retry = (interval(hold) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
-        // Never later than the lease's end: a hold that cannot be renewed is lost the moment
-        // its lease runs out, before Redis lets it go.
         let due = after(now, retry).min(hold.expires_at());
         schedule.reschedule(hold.id, due, true);
     }

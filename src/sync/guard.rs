@@ -200,6 +200,8 @@ impl MutexGuard {
     ///
     /// [`Error::NotHeld`](crate::Error::NotHeld) if the hold is lost (the guard is then lost for good),
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease outside the bounds, and connection errors.
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) if the handle's durability wants
+    /// replica acknowledgements that did not come (the deadline stays where it was).
     ///
     /// # Cancel safety
     ///

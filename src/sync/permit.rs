@@ -158,6 +158,8 @@ impl SemaphorePermit {
     ///
     /// [`Error::NotHeld`](crate::Error::NotHeld) if the permit is lost, [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease outside
     /// the bounds, and connection errors.
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) if the handle's durability wants
+    /// replica acknowledgements that did not come (the deadline stays where it was).
     ///
     /// # Cancel safety
     ///

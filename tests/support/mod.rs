@@ -3,6 +3,8 @@
 //! `TestServer`; this adds the redlatch clients.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
+pub mod replicated;
+
 use std::ops::{Deref, DerefMut};
 
 use deadpool_redis::{Config, Pool, Runtime};

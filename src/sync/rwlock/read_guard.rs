@@ -128,6 +128,8 @@ impl RwLockReadGuard {
     ///
     /// [`Error::NotHeld`](crate::Error::NotHeld) if the hold is lost, invalid leases and
     /// connection errors.
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) if the handle's durability wants
+    /// replica acknowledgements that did not come (the deadline stays where it was).
     ///
     /// # Cancel safety
     ///
