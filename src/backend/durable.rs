@@ -148,14 +148,17 @@ async fn run(source: Source, scripts: Vec<&'static Script>, mut rx: mpsc::Unboun
             aof = probe_waitaof(&c).await;
         }
         conn = Some((c.clone(), generation, aof));
-        if aof == Some(false) {
-            // Refused before anything is taken.
+        if aof != Some(true) && batch.iter().any(|job| job.want.aof.is_some()) {
+            // Refused before anything is taken: the server has no `WAITAOF`, or did not say.
             let (refused, rest): (Vec<Job>, Vec<Job>) =
                 batch.into_iter().partition(|job| job.want.aof.is_some());
             for job in refused {
-                let _ = job.reply.send(Err(Error::Unsupported {
-                    what: "Durability::Fsynced (WAITAOF)",
-                    reason: "the server has no WAITAOF (Redis 7.2 and later have it)",
+                let _ = job.reply.send(Err(match aof {
+                    Some(_) => Error::Unsupported {
+                        what: "Durability::Fsynced (WAITAOF)",
+                        reason: "the server has no WAITAOF (Redis 7.2 and later have it)",
+                    },
+                    None => shared(&"the server did not say whether it has WAITAOF"),
                 }));
             }
             batch = rest;

@@ -3,8 +3,9 @@
 //!
 //! A request is typed ([`Request`]): the protocol layer above says which script it runs with
 //! which keys and arguments and how its reply decodes, and the backend carries it to a server
-//! and hands back the decoded reply. The backend is one server ([`single::Node`]: every script
-//! over one multiplexed connection, run by SHA with the source as the fallback, [`Script`],
+//! and hands back the decoded reply. The backend is one server ([`single::Node`], at a fixed
+//! address or, with the `sentinel` feature, the master the sentinels name: [`Source`]; every
+//! script over one multiplexed connection, run by SHA with the source as the fallback, [`Script`],
 //! [`By`]) or, with the `cluster` feature, a Redis Cluster (`cluster::Node`: each call routed by
 //! the hash slot of its first key, batches grouped by slot, wake-ups by sharded pub/sub), or N
 //! independent servers for Redlock ([`Quorum`]: a request carried to every server at once, each
