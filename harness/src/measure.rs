@@ -1,6 +1,7 @@
 //! What the contention figures are made of, shared by the benchmark (`redlatch bench`) and the
-//! demonstration (`examples/contention.rs`): task loops, the raw-script reference, request
-//! counts from `INFO commandstats`, and the machine's CPU accounting.
+//! demonstration (`examples/contention.rs`): task loops, the raw-script reference and the
+//! minimal lock's, request and server command counts from `INFO commandstats`, and the
+//! machine's CPU accounting.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -171,6 +172,61 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
         })
     })
     .await
+}
+
+/// The minimal correct lock, the floor every library is measured against: `SET key token NX PX`
+/// to acquire, a Lua compare-and-delete by `EVALSHA` to release (no re-entry, no fencing, no
+/// wake-up), `tasks` tasks on distinct names sharing one multiplexed connection (from a pool of
+/// its own).
+pub async fn minimal_cycles(
+    url: &str,
+    prefix: &str,
+    tasks: usize,
+    phase: Duration,
+) -> AnyResult<f64> {
+    static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) \
+             else return 0 end",
+        )
+    });
+    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
+    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let prefix = prefix.to_owned();
+    loop_tasks(tasks, phase, move |task| {
+        let mut conn = conn.clone();
+        let lock = format!("{prefix}:minimal-{task}");
+        Box::pin(async move {
+            let owner = uuid::Uuid::new_v4().simple().to_string();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&lock)
+                .arg(&owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut conn)
+                .await?;
+            if set.is_none() {
+                return Err(format!("{lock} was not free").into());
+            }
+            let released: i64 = RELEASE
+                .key(&lock)
+                .arg(&owner)
+                .invoke_async(&mut conn)
+                .await?;
+            if released != 1 {
+                return Err(format!("{lock} was not released").into());
+            }
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Commands the server ran between two snapshots, those scripts ran included (a script call
+/// counts once, and each command it ran once more), leaving out the measurement's `INFO`.
+pub fn server_commands(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
+    requests(before, after, &[])
 }
 
 /// `INFO commandstats` as command → calls.

@@ -5,8 +5,10 @@
 //! Every figure is the median of the repetitions (3 in full mode), taken figure by figure. The
 //! repetitions are rounds over every configuration, so a drift of the machine's speed over
 //! minutes falls on every library alike. The raw reference (redlatch's two mutex scripts by
-//! `EVALSHA`, no library logic) is measured at every task count of the uncontended scenario,
-//! and each uncontended figure is compared with the raw one of the same task count.
+//! `EVALSHA`, no library logic) and the minimal lock (`SET NX PX`, then a Lua compare-and-delete:
+//! no re-entry, no fencing, no wake-up) are measured at every task count of the uncontended
+//! scenario, and each uncontended figure is compared with both at the same task count, with the
+//! commands the server ran per cycle (those scripts ran included).
 //! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
 //! commands a library's scripts run inside Redis and the measurement's own `INFO`.
 
@@ -25,7 +27,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 pub use redlatch_harness::measure::{AnyResult, BoxFut, given_server_note};
-use redlatch_harness::measure::{cleanup, cpu_steal, raw_cycles};
+use redlatch_harness::measure::{
+    cleanup, commandstats, cpu_steal, minimal_cycles, raw_cycles, server_commands,
+};
 use serde_json::{Value, json};
 
 pub use cluster::{redlatch_cluster_client, redlatch_cluster_entries, redlatch_cluster_entry};
@@ -83,6 +87,7 @@ impl Bench {
             .iter()
             .map(|&t| Job::Raw(t))
             .collect();
+        jobs.extend(plan.uncontended_tasks.iter().map(|&t| Job::Minimal(t)));
         for entry in &self.entries {
             jobs.extend(
                 plan.uncontended_tasks
@@ -139,25 +144,29 @@ impl Bench {
         }
         let mut records = measured?;
 
-        // Uncontended figures over the raw ones of the same task count.
-        let raw_at = |tasks: usize| {
+        // Uncontended figures over the raw ones and the minimal lock's of the same task count
+        // (the raw scripts over the minimal lock too).
+        let reference = |scenario: &str, tasks: usize| {
             records
                 .iter()
-                .find(|r| r.scenario == "raw" && r.tasks == tasks)
+                .find(|r| r.scenario == scenario && r.tasks == tasks)
                 .map(|r| r.ops_per_s)
+                .filter(|ops| *ops > 0.0)
         };
-        let of_raw: Vec<Option<f64>> = records
+        let ratios: Vec<(Option<f64>, Option<f64>)> = records
             .iter()
             .map(|r| {
-                (r.scenario == "uncontended")
-                    .then(|| raw_at(r.tasks))
-                    .flatten()
-                    .filter(|raw| *raw > 0.0)
-                    .map(|raw| r.ops_per_s / raw)
+                let of = |scenario| reference(scenario, r.tasks).map(|ops| r.ops_per_s / ops);
+                match r.scenario {
+                    "uncontended" => (of("raw"), of("minimal")),
+                    "raw" => (None, of("minimal")),
+                    _ => (None, None),
+                }
             })
             .collect();
-        for (r, ratio) in records.iter_mut().zip(of_raw) {
-            r.of_raw = ratio;
+        for (r, (of_raw, of_minimal)) in records.iter_mut().zip(ratios) {
+            r.of_raw = of_raw;
+            r.of_minimal = of_minimal;
         }
         // The headline raw figure: at 32 tasks, or the most tasks measured.
         let headline = records
@@ -228,6 +237,12 @@ impl Bench {
         for _ in 0..plan.repetitions {
             for (job, out) in jobs.iter().zip(&mut runs) {
                 bar.set_message(job.label(plan));
+                let counted = matches!(job, Job::Raw(_) | Job::Minimal(_) | Job::Uncontended(..));
+                let before = if counted {
+                    Some(commandstats(conn).await?)
+                } else {
+                    None
+                };
                 let record = match *job {
                     Job::Raw(tasks) => raw_cycles(&self.url, &self.prefix, tasks, plan.phase)
                         .await
@@ -238,6 +253,17 @@ impl Bench {
                             ops_per_s,
                             ..Record::default()
                         }),
+                    Job::Minimal(tasks) => {
+                        minimal_cycles(&self.url, &self.prefix, tasks, plan.phase)
+                            .await
+                            .map(|ops_per_s| Record {
+                                scenario: "minimal",
+                                library: "set-nx-px",
+                                tasks,
+                                ops_per_s,
+                                ..Record::default()
+                            })
+                    }
                     Job::Uncontended(entry, tasks) => uncontended(entry, tasks, plan.phase).await,
                     Job::Handoff(entry) => handoff(entry, plan).await,
                     Job::Contended(entry, tasks, cs) => {
@@ -262,13 +288,19 @@ impl Bench {
                         None => Err("no replicated servers".into()),
                     },
                 };
-                let record = match record {
+                let mut record = match record {
                     Ok(record) => record,
                     Err(err) => {
                         bar.finish_and_clear();
                         return Err(format!("{}: {err}", job.label(plan)).into());
                     }
                 };
+                if let Some(before) = before {
+                    let after = commandstats(conn).await?;
+                    let cycles = record.ops_per_s * plan.phase.as_secs_f64();
+                    record.server_commands_per_cycle =
+                        Some(server_commands(&before, &after) as f64 / cycles.max(1.0));
+                }
                 out.push(record);
                 bar.inc(1);
             }

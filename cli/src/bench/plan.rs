@@ -108,6 +108,8 @@ impl Plan {
 pub(crate) enum Job<'a> {
     /// The raw scripts with this many tasks.
     Raw(usize),
+    /// The minimal lock (`SET NX PX` and a compare-and-delete) with this many tasks.
+    Minimal(usize),
     Uncontended(&'a Entry, usize),
     Handoff(&'a Entry),
     Contended(&'a Entry, usize, Duration),
@@ -128,6 +130,9 @@ impl Job<'_> {
     pub(crate) fn label(&self, plan: &Plan) -> String {
         match self {
             Job::Raw(tasks) => format!("raw EVALSHA pairs x{tasks}"),
+            Job::Minimal(tasks) => {
+                format!("minimal lock (SET NX PX + compare-and-delete) x{tasks}")
+            }
             Job::Uncontended(e, tasks) => format!("uncontended: {} x{tasks}", e.name),
             Job::Handoff(e) => format!("hand-off: {}", e.name),
             Job::Contended(e, tasks, cs) => format!(

@@ -46,6 +46,10 @@ pub struct Record {
     pub lease_ms: Option<f64>,
     /// Uncontended: the figure over the raw scripts' at the same task count.
     pub of_raw: Option<f64>,
+    /// Uncontended: the figure over the minimal lock's at the same task count.
+    pub of_minimal: Option<f64>,
+    /// Uncontended: commands the server ran per cycle, those scripts ran included.
+    pub server_commands_per_cycle: Option<f64>,
 }
 
 impl Record {
@@ -70,6 +74,8 @@ impl Record {
             "samples": self.samples.map(|n| n.round() as u64),
             "lease_ms": self.lease_ms,
             "of_raw": self.of_raw,
+            "of_minimal": self.of_minimal,
+            "server_commands_per_cycle": self.server_commands_per_cycle,
         })
     }
 }
@@ -179,7 +185,8 @@ pub(crate) fn print_table(records: &[Record]) {
         let rows: Vec<&Record> = records
             .iter()
             .filter(|r| {
-                r.scenario == scenario || (scenario == "uncontended" && r.scenario == "raw")
+                r.scenario == scenario
+                    || (scenario == "uncontended" && matches!(r.scenario, "raw" | "minimal"))
             })
             .collect();
         if rows.is_empty() {
@@ -189,16 +196,21 @@ pub(crate) fn print_table(records: &[Record]) {
         match scenario {
             "uncontended" => {
                 println!(
-                    "  {:<20} {:>6} {:>10} {:>8}",
-                    "library", "tasks", "ops/s", "of raw"
+                    "  {:<20} {:>6} {:>10} {:>8} {:>10} {:>12}",
+                    "library", "tasks", "ops/s", "of raw", "of minimal", "cmds/cycle"
                 );
+                let share = |v: Option<f64>| {
+                    v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v))
+                };
                 for r in rows {
-                    let of_raw = r
-                        .of_raw
-                        .map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v));
                     println!(
-                        "  {:<20} {:>6} {:>10.0} {:>8}",
-                        r.library, r.tasks, r.ops_per_s, of_raw
+                        "  {:<20} {:>6} {:>10.0} {:>8} {:>10} {:>12}",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        share(r.of_raw),
+                        share(r.of_minimal),
+                        fmt_opt(r.server_commands_per_cycle, 1)
                     );
                 }
             }
