@@ -31,10 +31,12 @@ fn cycle(c: &mut Criterion) {
     });
     let acquire = redis::Script::new(concat!(
         "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../lua/v1/mutex_lib.lua"),
         include_str!("../lua/v1/mutex_acquire.lua")
     ));
     let release = redis::Script::new(concat!(
         "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../lua/v1/mutex_lib.lua"),
         include_str!("../lua/v1/mutex_release.lua")
     ));
     c.bench_function("raw EVALSHA acquire+release", |b| {
@@ -49,6 +51,8 @@ fn cycle(c: &mut Criterion) {
                     .arg(30_000)
                     .arg(60_000)
                     .arg("new")
+                    .arg("-")
+                    .arg(0)
                     .invoke_async(&mut conn)
                     .await
                     .expect("acquire");

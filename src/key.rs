@@ -47,7 +47,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// The keys and channel of one named lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The lock hash (mutex) or meta hash (queued primitives): `<prefix>:{<name>}`.
+    /// The lock (the mutex's string) or meta hash (queued primitives): `<prefix>:{<name>}`.
     pub(crate) lock: String,
     /// The fencing counter: `<prefix>:{<name>}:fence`.
     pub(crate) fence: String,

@@ -76,15 +76,10 @@ async fn a_cancelled_lock_as_does_not_change_the_hold_count() {
             let _ = tokio::time::timeout(Duration::from_micros(i * 20), m.lock_as(&owner)).await;
         }
         // Once the background releases have settled, exactly the original hold remains.
-        let mut conn = redis.conn().await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let holds: u64 = redis::cmd("HGET")
-                .arg(redis.lock_key("count"))
-                .arg(owner.to_string())
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let snapshot = client.inspect("count").await.unwrap();
+            let holds = snapshot.holders.first().map_or(0, |h| h.exclusive_holds);
             if holds == 1 {
                 break;
             }

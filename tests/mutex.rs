@@ -45,14 +45,9 @@ async fn reenter_counts_holds_and_frees_only_at_zero() {
         let middle = outer.reenter().await.unwrap();
         let inner = middle.reenter().await.unwrap();
         assert_eq!(outer.fencing_token(), inner.fencing_token());
-        let mut conn = redis.conn().await;
-        let holds: u64 = redis::cmd("HGET")
-            .arg(redis.lock_key("re"))
-            .arg(outer.owner().to_string())
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(holds, 3);
+        let snapshot = a.inspect("re").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.holders[0].exclusive_holds, 3);
         // Released out of order: the lock stays held until the last one.
         outer.unlock().await.unwrap();
         assert!(
@@ -140,7 +135,7 @@ async fn non_owner_release_and_extend_are_refused_and_change_nothing() {
             .await
             .unwrap();
         let current = b.mutex("stolen").unwrap().lock().await.unwrap();
-        let before: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        let before: String = redis::cmd("GET")
             .arg(redis.lock_key("stolen"))
             .query_async(&mut conn)
             .await
@@ -150,7 +145,7 @@ async fn non_owner_release_and_extend_are_refused_and_change_nothing() {
         assert!(!stale.is_held());
         let err = stale.unlock().await.unwrap_err();
         assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
-        let after: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        let after: String = redis::cmd("GET")
             .arg(redis.lock_key("stolen"))
             .query_async(&mut conn)
             .await

@@ -306,14 +306,16 @@ impl Worker {
     /// The release of a test-only build of `mutex_release` that skips the owner check: any
     /// owner frees the lock.
     async fn mutant_release(&self, owner: &str) -> String {
-        let source = concat!(
+        let real = concat!(
             "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../../lua/v1/mutex_lib.lua"),
             include_str!("../../lua/v1/mutex_release.lua")
-        )
-        .replace(
-            "if holds == nil then return {0} end",
-            "if holds == nil then holds = 1 end",
         );
+        let check = "if not held or held.owner ~= owner then return {0} end";
+        if !real.contains(check) {
+            return "error:mutex_release no longer has the owner check the mutant removes".into();
+        }
+        let source = real.replace(check, "if not held then return {0} end");
         let lock = format!("{}:{{{}}}", self.spec.prefix, self.spec.name);
         let mut conn = match lock_connection(&self.spec.url).await {
             Ok(conn) => conn,

@@ -45,6 +45,9 @@ pub fn script_commands(sources: &[&str]) -> Vec<String> {
 /// publishes wake-ups (see `lua/README.md`). A script file run by hand needs it first.
 pub const PLAIN: &str = "local PUBLISH = 'PUBLISH'\n";
 
+/// The plain mutex's library, which the `mutex_*` scripts run after the prelude.
+pub const MUTEX_LIB: &str = include_str!("../../lua/v1/mutex_lib.lua");
+
 /// redlatch's script files (without the prelude).
 pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/mutex_acquire.lua"),
@@ -58,6 +61,7 @@ pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/inspect.lua"),
     include_str!("../../lua/v1/force_unlock.lua"),
     include_str!("../../lua/v1/once_lib.lua"),
+    MUTEX_LIB,
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -142,11 +146,15 @@ impl Waits {
 /// no library logic at all.
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     static ACQUIRE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{}", LUA[0])));
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
     static RELEASE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{}", LUA[1])));
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
-    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let mut conn = deadpool_redis::Connection::take(pool.get().await?);
+    // The server's clock, read once and moved on by ours, as the library's estimate is: fresh
+    // tokens start from it, and the scripts do not read the clock.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    let base = (secs * 1_000_000 + micros, Instant::now());
     let prefix = prefix.to_owned();
     loop_tasks(tasks, phase, move |task| {
         let mut conn = conn.clone();
@@ -160,6 +168,8 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
                 .arg(30_000)
                 .arg(60_000)
                 .arg("new")
+                .arg("-")
+                .arg(base.0 + u64::try_from(base.1.elapsed().as_micros()).unwrap_or(0))
                 .invoke_async(&mut conn)
                 .await?;
             let _: redis::Value = RELEASE

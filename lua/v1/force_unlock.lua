@@ -1,6 +1,6 @@
 -- name:    force_unlock
--- layout:  1 (removes "mutex:1", "fair:1", "semaphore:1" and "rwlock:1"; refuses anything else)
--- KEYS[1]: lock or meta hash <prefix>:{<name>}
+-- layout:  1 (removes "mutex:2", "fair:1", "semaphore:1" and "rwlock:1"; refuses anything else)
+-- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
 -- KEYS[4]: fence key  <prefix>:{<name>}:fence     (keeps the last token issued)
@@ -23,17 +23,15 @@ local function others()
 end
 local kind = redis.call('TYPE', m)['ok']
 if kind == 'none' then return others() or {'', 0, 0} end
-if kind ~= 'hash' then return {-1, kind, 1} end
-local layout = redis.call('HGET', m, '~layout')
-if layout == 'mutex:1' then
-  local holders = 0
-  for _, f in ipairs(redis.call('HKEYS', m)) do
-    if string.sub(f, 1, 1) ~= '~' then holders = holders + 1 end
-  end
+if kind == 'string' then
+  local _, bad = mutex_read(m, 1)
+  if bad then return bad end
   redis.call('DEL', m)
   redis.call(PUBLISH, channel, '1')
-  return {layout, holders, 0}
+  return {MUTEX, 1, 0}
 end
+if kind ~= 'hash' then return {-1, kind, 1} end
+local layout = redis.call('HGET', m, '~layout')
 if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1' then
   return {-2, layout or ''}
 end

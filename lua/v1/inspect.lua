@@ -1,6 +1,6 @@
 -- name:    inspect
--- layout:  1 (reads "mutex:1", "fair:1", "semaphore:1" and "rwlock:1"; writes nothing)
--- KEYS[1]: lock or meta hash <prefix>:{<name>}
+-- layout:  1 (reads "mutex:2", "fair:1", "semaphore:1" and "rwlock:1"; writes nothing)
+-- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
 -- KEYS[4]: fence key  <prefix>:{<name>}:fence
@@ -10,7 +10,8 @@
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
 --          flat list of (owner, op .. units .. '/' .. lease ms, client id), in queue order.
 --          Holders whose lease ran out are left out. {-1, type, i} when KEYS[i] holds data
---          redlatch did not write (see keys_lib), {-2, ''} for a hash without a layout tag.
+--          redlatch did not write (see keys_lib), {-2, layout} for another layout ('' for a
+--          hash without a layout tag).
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -26,21 +27,16 @@ if kind == 'none' then
   end
   return {'', 0, 0, last, {}, {}}
 end
+if kind == 'string' then
+  local held, bad = mutex_read(m, 1)
+  if bad then return bad end
+  if tonumber(held.token) > tonumber(last) then last = held.token end
+  return {MUTEX, 0, 0, last, {held.owner, held.holds, 0, redis.call('PTTL', m)}, {}}
+end
 if kind ~= 'hash' then return {-1, kind, 1} end
 local layout = redis.call('HGET', m, '~layout')
 if not layout then return {-2, ''} end
 local holders, waiters = {}, {}
-
-if layout == 'mutex:1' then
-  local pttl = redis.call('PTTL', m)
-  local fields = redis.call('HGETALL', m)
-  for j = 1, #fields, 2 do
-    if string.sub(fields[j], 1, 1) ~= '~' then
-      for _, v in ipairs({fields[j], fields[j + 1], 0, pttl}) do holders[#holders + 1] = v end
-    end
-  end
-  return {layout, 0, 0, last, holders, waiters}
-end
 
 for j, k in ipairs({h, q}) do
   bad = foreign(k, 'zset', j + 1)

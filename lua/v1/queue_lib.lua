@@ -77,7 +77,13 @@ local function open(keys, layout, names)
   local s = {m = keys[1], h = keys[2], q = keys[3], f = keys[4], i = keys.i or 1,
              layout = layout, v = {}, set = {}, del = {}, hrem = {}, fresh = {}, top = 0}
   local r = redis.pcall('HMGET', s.m, unpack(names))
-  if r.err then return nil, {-1, redis.call('TYPE', s.m)['ok'], s.i} end
+  if r.err then
+    local kind = redis.call('TYPE', s.m)['ok']
+    -- A plain mutex holds the name (mutex_lib): another layout, not foreign data.
+    local mutex = kind == 'string' and string.match(redis.call('GET', s.m), '^(mutex:%d+) ')
+    if mutex then return nil, {-2, mutex} end
+    return nil, {-1, kind, s.i}
+  end
   for j, f in ipairs(names) do s.v[f] = r[j] end
   local found = s.v['~layout']
   if found then

@@ -321,10 +321,17 @@ impl Engine {
             lease_ms: lease_ms(self.lease)?,
             fence_ttl_ms: millis(FENCE_TTL),
             claim: ask.claim,
-            floor: None,
+            floor: self.core.backend.clock().now().unwrap_or(0),
+            waiters: self.core.notifier.has_waiters(&self.keys.wake),
         };
         let sent_at = Instant::now();
         let (answer, acks) = self.send(&request).await?;
+        if let Answer::Granted {
+            clock: Some(us), ..
+        } = answer
+        {
+            self.core.backend.clock().heard(us, sent_at);
+        }
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, .. } => {

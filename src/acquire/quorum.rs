@@ -77,7 +77,13 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         lease_ms,
         fence_ttl_ms: millis(FENCE_TTL),
         claim: ask.claim,
-        floor: two_rounds.then(|| quorum.clock().unwrap_or(0)),
+        // One round: each server's own clock. Two: the proposal, the same to every server.
+        floor: if two_rounds {
+            engine.core.backend.clock().now().unwrap_or(0)
+        } else {
+            0
+        },
+        waiters: engine.core.notifier.has_waiters(&engine.keys.wake),
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;
@@ -90,7 +96,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         match reply {
             Ok(Answer::Granted { fence, clock }) => {
                 if let Some(us) = clock {
-                    quorum.heard_clock(us, Instant::now());
+                    engine.core.backend.clock().heard(us, Instant::now());
                 }
                 granted.push((node, fence));
             }

@@ -16,6 +16,7 @@
 //! Wake-ups come from one subscription connection per server, which tells a [`Listener`] (the
 //! client's waiter registry) what it hears, and subscribes to what its [`Subscriber`] asks for.
 
+mod clock;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod durable;
@@ -35,6 +36,7 @@ use deadpool_redis::Pool;
 use redis::Value;
 use tokio::sync::watch;
 
+pub(crate) use clock::ServerClock;
 pub(crate) use durable::Want;
 pub(crate) use quorum::Quorum;
 #[cfg(test)]
@@ -63,6 +65,8 @@ pub(crate) trait Request {
 #[derive(Debug)]
 pub(crate) struct Backend {
     servers: Servers,
+    /// The servers' clock as heard: where fresh fencing tokens start.
+    clock: ServerClock,
 }
 
 #[derive(Debug)]
@@ -132,6 +136,7 @@ impl Backend {
         subscription::spawn(source.clone(), listener, requests, shutdown);
         Self {
             servers: Servers::Single(Node::new(source, scripts)),
+            clock: ServerClock::default(),
         }
     }
 
@@ -182,6 +187,7 @@ impl Backend {
         cluster::spawn_subscription(subscribing, pushes, listener, requests, shutdown);
         Ok(Self {
             servers: Servers::Cluster(cluster::Node::new(requesting, seed)),
+            clock: ServerClock::default(),
         })
     }
 
@@ -201,7 +207,13 @@ impl Backend {
             servers: Servers::Quorum(quorum::start(
                 settings, servers, &scripts, listener, requests, shutdown,
             )),
+            clock: ServerClock::default(),
         }
+    }
+
+    /// The servers' clock as this client heard it: where fresh fencing tokens start.
+    pub(crate) fn clock(&self) -> &ServerClock {
+        &self.clock
     }
 
     /// The independent servers of a Redlock client, which the layers above ask one by one and

@@ -41,9 +41,6 @@ const LINGER: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum {
     nodes: Vec<Arc<Node>>,
     settings: Redlock,
-    /// The highest server clock heard (µs), and when: what proposals count on from, with the
-    /// monotonic clock.
-    clock: StdMutex<Option<(u64, Instant)>>,
 }
 
 impl Quorum {
@@ -55,24 +52,6 @@ impl Quorum {
     /// How long one node may take to answer one call about holds of `lease`.
     pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
         self.settings.node_timeout(lease)
-    }
-
-    /// The servers' clock in µs as this client estimates it now: the highest one heard, moved
-    /// on by the monotonic clock since; `None` until one was heard.
-    pub(crate) fn clock(&self) -> Option<u64> {
-        let heard = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
-        heard.map(|(us, at)| us.saturating_add(micros(at.elapsed())))
-    }
-
-    /// A server said its clock read `us` at about `at`.
-    pub(crate) fn heard_clock(&self, us: u64, at: Instant) {
-        let mut heard = self.clock.lock().unwrap_or_else(|p| p.into_inner());
-        let behind = heard.is_none_or(|(them, then)| {
-            them.saturating_add(micros(at.saturating_duration_since(then))) < us
-        });
-        if behind {
-            *heard = Some((us, at));
-        }
     }
 
     /// How many servers there are.
@@ -205,10 +184,6 @@ impl<R: Request> Drop for Replies<'_, R> {
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 /// What a node that did not answer in time fails with: as a timeout, an answer that may be lost.
 fn no_answer() -> Error {
     Error::Redis(redis::RedisError::from(std::io::Error::new(
@@ -264,11 +239,7 @@ pub(super) fn start(
             }
         }
     });
-    Quorum {
-        nodes,
-        settings,
-        clock: StdMutex::new(None),
-    }
+    Quorum { nodes, settings }
 }
 
 /// The client's waiter registry, as heard through every node's subscription.

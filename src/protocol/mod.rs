@@ -24,8 +24,8 @@ use std::time::Duration;
 pub(crate) use reply::foreign;
 pub(crate) use scripts::all as scripts;
 
-/// The layout tag the mutex scripts store in the `~layout` field of the lock hash.
-pub(crate) const MUTEX_LAYOUT: &str = "mutex:1";
+/// The layout tag that starts the string of a held plain mutex (`lua/v1/mutex_lib.lua`).
+pub(crate) const MUTEX_LAYOUT: &str = "mutex:2";
 /// The layout tags the queue scripts store in the `~layout` field of the meta hash.
 pub(crate) const FAIR_LAYOUT: &str = "fair:1";
 pub(crate) const SEMAPHORE_LAYOUT: &str = "semaphore:1";

@@ -20,9 +20,12 @@ pub(crate) struct Acquire<'a> {
     /// The fencing counter's lifetime.
     pub(crate) fence_ttl_ms: u64,
     pub(crate) claim: Claim,
-    /// The least fresh token to issue, instead of the server clock (a Redlock client's
-    /// proposal, the same to every node).
-    pub(crate) floor: Option<u64>,
+    /// The least fresh token to issue: the client's estimate of the server clock in µs (a
+    /// Redlock client's proposal, the same to every node), 0 for the server's own `TIME`.
+    pub(crate) floor: u64,
+    /// Other waiters of this client wait for the name: the grant is marked so that its
+    /// release publishes a wake-up.
+    pub(crate) waiters: bool,
 }
 
 impl Request for Acquire<'_> {
@@ -35,10 +38,9 @@ impl Request for Acquire<'_> {
             .arg(self.owner)
             .arg(self.lease_ms)
             .arg(self.fence_ttl_ms)
-            .arg(self.claim.code());
-        if let Some(floor) = self.floor {
-            call.arg(floor);
-        }
+            .arg(self.claim.code())
+            .arg(if self.waiters { "w" } else { "-" })
+            .arg(self.floor);
         if self.claim.repeats_safely() {
             call.repeatable();
         }

@@ -52,10 +52,15 @@ macro_rules! script {
     };
 }
 
-script!(once MUTEX_ACQUIRE, "mutex_acquire.lua");
-script!(once MUTEX_RELEASE, "mutex_release.lua");
-script!(MUTEX_EXTEND, "mutex_extend.lua");
-script!(MUTEX_CONFIRM, "mutex_confirm.lua");
+script!(once MUTEX_ACQUIRE, "mutex_lib.lua", "mutex_acquire.lua");
+script!(once MUTEX_RELEASE, "mutex_lib.lua", "mutex_release.lua");
+script!(MUTEX_EXTEND, "mutex_lib.lua", "mutex_extend.lua");
+script!(
+    MUTEX_CONFIRM,
+    "keys_lib.lua",
+    "mutex_lib.lua",
+    "mutex_confirm.lua"
+);
 script!(
     once QUEUE_ACQUIRE,
     "keys_lib.lua",
@@ -74,8 +79,13 @@ script!(
     "queue_lib.lua",
     "queue_extend.lua"
 );
-script!(INSPECT, "keys_lib.lua", "inspect.lua");
-script!(FORCE_UNLOCK, "keys_lib.lua", "force_unlock.lua");
+script!(INSPECT, "keys_lib.lua", "mutex_lib.lua", "inspect.lua");
+script!(
+    FORCE_UNLOCK,
+    "keys_lib.lua",
+    "mutex_lib.lua",
+    "force_unlock.lua"
+);
 
 /// Every script, for a connection to load when it is made.
 pub(crate) fn all() -> Vec<&'static Script> {
@@ -105,48 +115,48 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "c066536d3b4946618e53f94ee9b0e562c3fccaf5",
-                "9862661d63f247017a4376a401038eb3412c1294",
+                "ff2c3833b07805b50ce22d9b3e654a8758e3fd2c",
+                "7458012f4ab6504106fb77a8ff18c2f42c017168",
             ),
             (
                 &*MUTEX_RELEASE,
-                "34277f200b4532718e9e4915c676d1da092c4829",
-                "3fc2fade93ea660c3754a8878aec5b59a8dd1e08",
+                "fba372c338f1647d9db8571793fb5bd1018c5d46",
+                "c548c53f885b4490f683db39ff299fb93e96ae75",
             ),
             (
                 &*MUTEX_EXTEND,
-                "90a36e9863f2cc962a72e1f1d89df945fbd7e0a1",
-                "4c8fb1c3d1a8a6ac599f8a2d0ace651ba835a09f",
+                "e4d4a542b3007eb87df9de027907e9027ade696e",
+                "df2fff347055448210602bb3d9223b656684067f",
             ),
             (
                 &*MUTEX_CONFIRM,
-                "f8b98c9642fb6a4187a841c3d9d8bc91448dc2fd",
-                "3a826f7eb605fe43add4e0eb18d7c088c8bc1143",
+                "6b3f0edb113ca52644695d022f49dbf7a2410809",
+                "a3e2af615d035bc294fc084db6f957735d019122",
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "0ba9552a6b1b0f8952a3593b9e75ef864edec099",
-                "f8683247a5ffc45a0a5a5a687753239e11e37917",
+                "0a896c2a5d73fb521948bb2a30ed171fe0881728",
+                "3529c6487239b8e942f7690c59b5574045c17189",
             ),
             (
                 &*QUEUE_RELEASE,
-                "e753301047239e1ff7230a2cc4c6e55e29a4ea0b",
-                "bc37538f2ba362a90263d619a092b7a89b670e56",
+                "95d83b4f748d88de94b75cd1c09ace0d41aeec14",
+                "1910b0c2fc8d66cf1bb09ec76d41ab71e72a6e16",
             ),
             (
                 &*QUEUE_EXTEND,
-                "17fa767f17b731f994dfbede74544dd3aec352d2",
-                "6b1f8751c1b762168f99f2cd24f48e3fe2a91150",
+                "6439426622feb82ab7947dce5fd41d7b55f42f1b",
+                "52e78e8738396f596fd551982495d9e9b484bdf1",
             ),
             (
                 &*INSPECT,
-                "0fbb7ccf4803f4ded57548f7f332a53ab598c4b8",
-                "5666e8a306df75b2921474f0816129a46d81c0bc",
+                "af5add4ef2444ac89ce4a93c4fed7436b177b05a",
+                "184a04824a48ff0269cc49fc208cac7e822d3620",
             ),
             (
                 &*FORCE_UNLOCK,
-                "fe8cad711a8fcbb2bdff38ee44934798f5c8cd93",
-                "2d7659df8ebcb7b034656e825f78a78e2abe169b",
+                "b250f4fbb0e972669a5b9f29d2aa48f9ead37424",
+                "1e842c396527f90435a688b47bbdb02288d9af12",
             ),
         ];
         for (script, plain, sharded) in pins {
@@ -158,6 +168,7 @@ mod tests {
     #[test]
     fn headers_name_the_layout_version() {
         let mutex = [
+            ("mutex_lib", include_str!("../../lua/v1/mutex_lib.lua")),
             (
                 "mutex_acquire",
                 include_str!("../../lua/v1/mutex_acquire.lua"),
@@ -205,8 +216,10 @@ mod tests {
                 assert!(src.contains(section), "{name} lacks {section}");
             }
         }
+        let lib = include_str!("../../lua/v1/mutex_lib.lua");
+        assert!(lib.contains(&format!("'{MUTEX_LAYOUT}'")));
         for (name, src) in mutex {
-            assert!(src.contains(&format!("'{MUTEX_LAYOUT}'")), "{name}");
+            assert!(src.contains("mutex:2"), "{name}");
         }
     }
 }

@@ -1,0 +1,74 @@
+//! The servers' clock as this client estimates it: the highest reading heard (µs, from `TIME`
+//! inside a script), moved on by the monotonic clock since. Fencing tokens start from it (the
+//! least token an acquisition issues), so a fresh token needs no `TIME` call. A reading older
+//! than [`REFRESH`] is not used: the next acquisition has the server read its clock again, so
+//! the estimate never drifts far from it.
+
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a reading is used before the server is asked again.
+pub(crate) const REFRESH: Duration = Duration::from_secs(60);
+
+/// The servers' clock as this client estimates it.
+#[derive(Debug, Default)]
+pub(crate) struct ServerClock {
+    /// The reading (µs), when it was taken, and when a reading last came.
+    heard: StdMutex<Option<(u64, Instant, Instant)>>,
+}
+
+impl ServerClock {
+    /// The servers' clock in µs now, from a reading heard within [`REFRESH`]; `None` without
+    /// one.
+    pub(crate) fn now(&self) -> Option<u64> {
+        let heard = *self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        heard
+            .filter(|(_, _, read)| read.elapsed() < REFRESH)
+            .map(|(us, at, _)| us.saturating_add(micros(at.elapsed())))
+    }
+
+    /// A server said its clock read `us` at about `at`. The highest reading counts (several
+    /// servers: the one furthest ahead), unless the one kept is old.
+    pub(crate) fn heard(&self, us: u64, at: Instant) {
+        let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        let replace = match *heard {
+            None => true,
+            Some((them, then, read)) => {
+                read.elapsed() >= REFRESH
+                    || them.saturating_add(micros(at.saturating_duration_since(then))) < us
+            }
+        };
+        if replace {
+            *heard = Some((us, at, Instant::now()));
+        } else if let Some((_, _, read)) = heard.as_mut() {
+            *read = Instant::now();
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_estimate_moves_on_and_is_dropped_when_old() {
+        let clock = ServerClock::default();
+        assert_eq!(clock.now(), None);
+        clock.heard(1_000_000, Instant::now());
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert_eq!(clock.now(), Some(1_005_000));
+        // A lower reading (another server behind) does not pull it back.
+        clock.heard(1_000_000, Instant::now());
+        assert_eq!(clock.now(), Some(1_005_000));
+        tokio::time::advance(REFRESH).await;
+        assert_eq!(clock.now(), None, "too old to be used");
+        clock.heard(2_000_000, Instant::now());
+        assert_eq!(clock.now(), Some(2_000_000));
+    }
+}
