@@ -198,6 +198,45 @@ async fn fencing_tokens_rise_across_acquisitions_and_expiry() {
             .unwrap();
         let g = mutex.lock().await.unwrap();
         assert!(g.fencing_token() > last);
+        g.unlock().await.unwrap();
+        // A client whose estimate of the server clock runs half a second ahead issues a token
+        // from it; the counter is lost; the next token, from a client with a true estimate,
+        // is still higher (a new counter starts a second ahead of the server clock).
+        let acquire = redis::Script::new(concat!(
+            "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../lua/v1/mutex_lib.lua"),
+            include_str!("../lua/v1/mutex_acquire.lua")
+        ));
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let ahead = secs * 1_000_000 + micros + 500_000;
+        let owner = redlatch::OwnerToken::new().to_string();
+        let lock = redis.lock_key("fence");
+        let granted: Vec<String> = acquire
+            .key(&lock)
+            .key(format!("{lock}:fence"))
+            .arg(&owner)
+            .arg(30_000)
+            .arg(60_000)
+            .arg("new")
+            .arg("-")
+            .arg(ahead)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let issued: u64 = granted[1].parse().unwrap();
+        assert!(issued >= ahead);
+        let _: () = redis::cmd("DEL")
+            .arg(&lock)
+            .arg(format!("{lock}:fence"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let g = mutex.lock().await.unwrap();
+        assert!(
+            g.fencing_token() > issued,
+            "{} <= {issued}",
+            g.fencing_token()
+        );
         // The counter carries a TTL: nothing stays for ever.
         let ttl: i64 = redis::cmd("PTTL")
             .arg(format!("{}:fence", redis.lock_key("fence")))

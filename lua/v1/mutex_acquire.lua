@@ -13,9 +13,9 @@
 --          that its release publishes a wake-up), else '-'
 -- ARGV[6]: the least token to issue: the client's estimate of the server clock in µs (a
 --          Redlock client's proposal, the same to every node), or 0 for the server clock
---          (TIME), when the client has no estimate. The token is max(last + 1, ARGV[6]), so
---          tokens keep rising and never fall below the server clock, also after the counter
---          expired or a failover lost its latest writes.
+--          (TIME), when the client has no estimate. The token is max(last + 1, ARGV[6]); a new
+--          counter (first use, expired 7 days after it was made, or lost in a failover) starts
+--          at the server clock plus one second, so tokens keep rising across it.
 -- A fresh acquisition of a free lock is two commands: SET ... KEEPTTL GET of the counter (it
 -- reads the last token and writes the new one; a value that is not ours is put back as it
 -- was), and SET NX PX of the lock. A busy one puts the counter back.
@@ -49,8 +49,15 @@ if claim ~= 'again' then
     redis.call('SET', fence, prev, 'KEEPTTL')
     return {-1, 'string', 2}
   end
-  if not prev then redis.call('PEXPIRE', fence, ARGV[3]) end
-  if last and last >= floor then
+  if not prev then
+    -- A new counter (the name's first use, or its counter expired or a failover lost it):
+    -- from the server clock a second ahead, above any token a client issued from its estimate
+    -- of the clock, which runs ahead of it by far less.
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    token = string.format('%.0f', math.max(floor, now + 1000000))
+    redis.call('SET', fence, token, 'PX', ARGV[3])
+  elseif last >= floor then
     token = string.format('%.0f', last + 1)
     redis.call('SET', fence, token, 'KEEPTTL')
   end

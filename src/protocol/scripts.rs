@@ -115,8 +115,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "ff2c3833b07805b50ce22d9b3e654a8758e3fd2c",
-                "7458012f4ab6504106fb77a8ff18c2f42c017168",
+                "1ba03093ba62bccdf73d0209307d7d2a49409549",
+                "4a001a72119ff0b34eadb792fde4be5a43559081",
             ),
             (
                 &*MUTEX_RELEASE,
