@@ -147,7 +147,7 @@ impl Claim {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Acquired, with this fencing token (0 for read holds), and the server clock in µs when
-    /// the request asked for it (a Redlock acquisition with a floor).
+    /// the script read it (the mutex's acquisition without a floor, or with a new counter).
     Granted { fence: u64, clock: Option<u64> },
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
     /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt
