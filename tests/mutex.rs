@@ -202,25 +202,13 @@ async fn fencing_tokens_rise_across_acquisitions_and_expiry() {
         // A client whose estimate of the server clock runs half a second ahead issues a token
         // from it; the counter is lost; the next token, from a client with a true estimate,
         // is still higher (a new counter starts a second ahead of the server clock).
-        let acquire = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../lua/v1/mutex_lib.lua"),
-            include_str!("../lua/v1/mutex_acquire.lua")
-        ));
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-        let ahead = secs * 1_000_000 + micros + 500_000;
+        let ahead = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            + 500_000;
         let owner = redlatch::OwnerToken::new().to_string();
         let lock = redis.lock_key("fence");
-        let granted: Vec<String> = acquire
-            .key(&lock)
-            .key(format!("{lock}:fence"))
-            .arg(&owner)
-            .arg(30_000)
-            .arg(60_000)
-            .arg("new")
-            .arg("-")
-            .arg(ahead)
-            .invoke_async(&mut conn)
+        let granted = redlatch_harness::measure::raw_mutex_acquire(&mut conn, &lock, &owner, ahead)
             .await
             .unwrap();
         let issued: u64 = granted[1].parse().unwrap();

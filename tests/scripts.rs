@@ -5,6 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch::Error;
+use redlatch_harness::measure::raw_mutex_acquire;
 use support::{TestRedis, within};
 
 #[tokio::test]
@@ -318,25 +319,15 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         assert_eq!(sem.available_permits().await.unwrap(), 1);
 
         // The same for the mutex: one hold, not two.
-        let acquire = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../lua/v1/mutex_lib.lua"),
-            include_str!("../lua/v1/mutex_acquire.lua")
-        ));
         let lock = redis.lock_key("retry-mutex");
-        let mut call = acquire.prepare_invoke();
         // The first call also returns the server clock it read (a new counter): compare the
         // grant, the token and the hold count.
-        call.key(&lock)
-            .key(format!("{lock}:fence"))
-            .arg(&owner)
-            .arg(30_000)
-            .arg(60_000)
-            .arg("new")
-            .arg("-")
-            .arg(1);
-        let first: Vec<String> = call.invoke_async(&mut conn).await.unwrap();
-        let again: Vec<String> = call.invoke_async(&mut conn).await.unwrap();
+        let first = raw_mutex_acquire(&mut conn, &lock, &owner, 1)
+            .await
+            .unwrap();
+        let again = raw_mutex_acquire(&mut conn, &lock, &owner, 1)
+            .await
+            .unwrap();
         assert_eq!(first.get(..3), again.get(..3));
         assert_eq!(first[0], "1");
         let snapshot = client.inspect("retry-mutex").await.unwrap();

@@ -153,8 +153,7 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
     let mut conn = deadpool_redis::Connection::take(pool.get().await?);
     // The server's clock, read once and moved on by ours, as the library's estimate is: fresh
     // tokens start from it, and the scripts do not read the clock.
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
-    let base = (secs * 1_000_000 + micros, Instant::now());
+    let base = (server_micros(&mut conn).await?, Instant::now());
     let prefix = prefix.to_owned();
     loop_tasks(tasks, phase, move |task| {
         let mut conn = conn.clone();
@@ -182,6 +181,36 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
         })
     })
     .await
+}
+
+/// The server's clock (`TIME`) in µs.
+pub async fn server_micros(conn: &mut MultiplexedConnection) -> redis::RedisResult<u64> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+    Ok(secs.saturating_mul(1_000_000).saturating_add(micros))
+}
+
+/// One call of `mutex_acquire` by hand, as a client of this version would send it: a fresh
+/// claim for `owner` on `lock`, tokens from at least `floor` (0: the server clock). The reply,
+/// as strings.
+pub async fn raw_mutex_acquire(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+    owner: &str,
+    floor: u64,
+) -> redis::RedisResult<Vec<String>> {
+    static ACQUIRE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
+    ACQUIRE
+        .key(lock)
+        .key(format!("{lock}:fence"))
+        .arg(owner)
+        .arg(30_000)
+        .arg(60_000)
+        .arg("new")
+        .arg("-")
+        .arg(floor)
+        .invoke_async(conn)
+        .await
 }
 
 /// The minimal correct lock, the floor every library is measured against: `SET key token NX PX`

@@ -39,29 +39,39 @@ impl ReplicaPair {
             "--repl-diskless-sync-delay",
             "0",
         ])?;
-        let mut conn = redis::Client::open(master.url())
-            .map_err(|e| e.to_string())?
-            .get_multiplexed_async_connection()
+        in_sync(&master).await?;
+        Ok(Self {
+            master,
+            replica,
+            link,
+        })
+    }
+}
+
+/// Waits until every replica of `master` is in sync (a replica acknowledges writes only then).
+///
+/// # Errors
+///
+/// The master does not answer, or a replica is not in sync within 20 s.
+pub async fn in_sync(master: &RedisServer) -> Result<(), String> {
+    let mut conn = redis::Client::open(master.url())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            if info.contains("state=online") {
-                return Ok(Self {
-                    master,
-                    replica,
-                    link,
-                });
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!("the replica is not in sync: {info}"));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if info.contains("state=online") {
+            return Ok(());
         }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("the replica is not in sync: {info}"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -15,7 +15,7 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(60);
 /// The servers' clock as this client estimates it.
 #[derive(Debug, Default)]
 pub(crate) struct ServerClock {
-    /// The reading (µs), when it was taken, and when a reading last came.
+    /// The reading (µs), when it was taken, and when it was kept.
     heard: StdMutex<Option<(u64, Instant, Instant)>>,
 }
 
@@ -30,7 +30,7 @@ impl ServerClock {
     }
 
     /// A server said its clock read `us` at about `at`. The highest reading counts (several
-    /// servers: the one furthest ahead), unless the one kept is old.
+    /// servers: the one furthest ahead), unless the one kept is older than [`REFRESH`].
     pub(crate) fn heard(&self, us: u64, at: Instant) {
         let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
         let replace = match *heard {
@@ -40,10 +40,10 @@ impl ServerClock {
                     || them.saturating_add(micros(at.saturating_duration_since(then))) < us
             }
         };
+        // A lower reading does not keep the one kept fresh: that one still ages out, so an
+        // estimate that runs ahead is replaced within REFRESH.
         if replace {
             *heard = Some((us, at, Instant::now()));
-        } else if let Some((_, _, read)) = heard.as_mut() {
-            *read = Instant::now();
         }
     }
 }
@@ -66,7 +66,10 @@ mod tests {
         // A lower reading (another server behind) does not pull it back.
         clock.heard(1_000_000, Instant::now());
         assert_eq!(clock.now(), Some(1_005_000));
-        tokio::time::advance(REFRESH).await;
+        // Lower readings do not keep it fresh.
+        tokio::time::advance(REFRESH / 2).await;
+        clock.heard(1_000_000, Instant::now());
+        tokio::time::advance(REFRESH / 2).await;
         assert_eq!(clock.now(), None, "too old to be used");
         clock.heard(2_000_000, Instant::now());
         assert_eq!(clock.now(), Some(2_000_000));

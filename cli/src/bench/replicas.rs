@@ -27,7 +27,7 @@ impl ReplicasBed {
     ///
     /// # Errors
     ///
-    /// When a server cannot be started or the replica does not catch up within 10 s.
+    /// When a server cannot be started or the replica does not catch up within 20 s.
     pub async fn start() -> AnyResult<Self> {
         let master = tokio::task::spawn_blocking(|| {
             RedisServer::try_start_with(&["--repl-diskless-sync-delay", "0"])
@@ -38,23 +38,7 @@ impl ReplicasBed {
             RedisServer::try_start_with(&["--replicaof", "127.0.0.1", &port])
         })
         .await??;
-        let mut conn = redis::Client::open(master.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let started = Instant::now();
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut conn)
-                .await?;
-            if info.contains("state=online") {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err("the replica did not catch up within 10 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        redlatch_harness::replication::in_sync(&master).await?;
         Ok(Self {
             master,
             _replica: replica,
