@@ -7,7 +7,7 @@ use deadpool_redis::Pool;
 use redis::IntoConnectionInfo;
 
 use crate::backend::Source;
-use crate::config::{Config, Drift, Durability, FENCE_TTL, Fencing, millis};
+use crate::config::{Config, Drift, Durability, FENCE_TTL, Fencing, LocalHandoff, millis};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::inspect::{ForceUnlocked, Snapshot};
@@ -757,6 +757,31 @@ impl LockClientBuilder {
     /// ```
     pub fn durability(mut self, durability: Durability) -> Self {
         self.config.durability = durability;
+        self
+    }
+
+    /// Local hand-off for the plain [`Mutex`](crate::Mutex): how many times, and for how long,
+    /// a hold may pass between this client's own waiting tasks without going back to Redis
+    /// (see [`LocalHandoff`]). Default: on, 64 passes within 5 ms. Redlock clients never pass
+    /// holds locally.
+    ///
+    /// # Errors
+    ///
+    /// `build` fails with [`Error::InvalidArgument`] for more than
+    /// [`LocalHandoff::MAX_PASSES`] passes, a window above [`MAX_LEASE`](crate::MAX_LEASE) or a
+    /// head start above 1 s.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
+    /// use redlatch::LocalHandoff;
+    ///
+    /// let client = redlatch::LockClient::builder(pool, "redis://127.0.0.1/")
+    ///     .local_handoff(LocalHandoff::off())
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn local_handoff(mut self, handoff: LocalHandoff) -> Self {
+        self.config.handoff = handoff;
         self
     }
 

@@ -167,6 +167,165 @@ impl Durability {
     }
 }
 
+/// Local hand-off (lock cohorting) for the plain [`Mutex`](crate::Mutex): when a hold is let
+/// go while other tasks of the same client wait for the same name, the next of them gets the
+/// hold without a round trip to Redis, up to a bound; then the lock goes back to Redis, so that
+/// waiters in other processes get their turn.
+///
+/// * **Bound**: a hold taken in Redis passes to at most `passes` local waiters in turn, and
+///   only within `within` of its acquisition; then the last local holder releases it in Redis.
+///   A waiter in another process that found the lock busy waits at most for that (plus the
+///   last critical section and about a round trip); the next local waiter then holds back for
+///   `head_start`, so that the other process, woken by the release's message, gets the lock
+///   first. Default: 64 passes, 5 ms, 2 ms head start.
+/// * **Fencing**: the acquisition in Redis takes `passes + 1` fencing tokens at once, and each
+///   local holder gets the next: tokens rise with every acquisition, local or not.
+/// * **Lease, watchdog and `lost()`**: the hold in Redis is the same one, renewed by the
+///   watchdog as long as some local guard holds it; every local guard sees its lease and its
+///   loss.
+/// * **What is passed**: holds of [`Mutex::lock`](crate::Mutex::lock) and
+///   [`lock_timeout`](crate::Mutex::lock_timeout) (a new owner each, with the watchdog's lease
+///   and no [`Durability`]). A hold is not passed once its owner token was read
+///   ([`MutexGuard::owner`](crate::MutexGuard::owner)) or re-entered, since the token may be in
+///   use elsewhere; it is released in Redis as before. A passed hold keeps its owner token in
+///   Redis, so [`inspect`](crate::LockClient::inspect) names the token the current local
+///   holder's `owner()` returns, and shows the fencing token of the acquisition in Redis.
+/// * Waiting tasks of one client queue in the client (oldest first) behind one task that waits
+///   in Redis for them all.
+///
+/// On by default; [`LocalHandoff::off`] turns it off (every acquisition then goes to Redis).
+///
+/// ```
+/// use std::time::Duration;
+/// use redlatch::LocalHandoff;
+///
+/// let default = LocalHandoff::default();
+/// assert_eq!(default.passes(), 64);
+/// let shorter = LocalHandoff::new(16, Duration::from_millis(1));
+/// assert_eq!(shorter.within(), Duration::from_millis(1));
+/// assert_eq!(LocalHandoff::off().passes(), 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalHandoff {
+    passes: u32,
+    within: Duration,
+    head_start: Duration,
+}
+
+impl Default for LocalHandoff {
+    fn default() -> Self {
+        Self {
+            passes: 64,
+            within: Duration::from_millis(5),
+            head_start: Duration::from_millis(2),
+        }
+    }
+}
+
+impl LocalHandoff {
+    /// The most passes a hold taken in Redis makes (at most [`LocalHandoff::MAX_PASSES`]), and
+    /// how long after its acquisition it may still be passed. The head start is the default's.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let settings = redlatch::LocalHandoff::new(16, Duration::from_millis(1));
+    /// assert_eq!(settings.passes(), 16);
+    /// ```
+    pub fn new(passes: u32, within: Duration) -> Self {
+        Self {
+            passes,
+            within,
+            ..Self::default()
+        }
+    }
+
+    /// No local hand-off: every acquisition goes to Redis.
+    ///
+    /// ```
+    /// assert_eq!(redlatch::LocalHandoff::off().passes(), 0);
+    /// ```
+    pub fn off() -> Self {
+        Self {
+            passes: 0,
+            within: Duration::ZERO,
+            head_start: Duration::ZERO,
+        }
+    }
+
+    /// These settings with `head_start`: how long the next local waiter holds back after a
+    /// hold went back to Redis and woke waiters elsewhere (at most 1 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let settings = redlatch::LocalHandoff::default().with_head_start(Duration::from_millis(5));
+    /// assert_eq!(settings.head_start(), Duration::from_millis(5));
+    /// ```
+    #[must_use]
+    pub fn with_head_start(mut self, head_start: Duration) -> Self {
+        self.head_start = head_start;
+        self
+    }
+
+    /// The most passes a hold taken in Redis makes.
+    ///
+    /// ```
+    /// assert_eq!(redlatch::LocalHandoff::default().passes(), 64);
+    /// ```
+    pub fn passes(&self) -> u32 {
+        self.passes
+    }
+
+    /// How long after its acquisition in Redis a hold may still be passed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(redlatch::LocalHandoff::default().within(), Duration::from_millis(5));
+    /// ```
+    pub fn within(&self) -> Duration {
+        self.within
+    }
+
+    /// How long the next local waiter holds back after a hold went back to Redis and woke
+    /// waiters elsewhere.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(redlatch::LocalHandoff::default().head_start(), Duration::from_millis(2));
+    /// ```
+    pub fn head_start(&self) -> Duration {
+        self.head_start
+    }
+
+    /// The most passes accepted.
+    pub const MAX_PASSES: u32 = 1_000_000;
+
+    /// Whether holds are passed at all.
+    pub(crate) fn is_on(&self) -> bool {
+        self.passes > 0 && !self.within.is_zero()
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.passes > Self::MAX_PASSES
+            || self.within > MAX_LEASE
+            || self.head_start > Duration::from_secs(1)
+        {
+            return Err(Error::invalid(
+                "local hand-off",
+                format!(
+                    "need passes <= {}, within <= {MAX_LEASE:?} and a head start of at most 1s, \
+                     got {self:?}",
+                    Self::MAX_PASSES
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A Redlock client's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct Redlock {
@@ -200,6 +359,8 @@ pub(crate) struct Config {
     pub(crate) durability: Durability,
     /// A Redlock client's settings (`None`: any other client).
     pub(crate) redlock: Option<Redlock>,
+    /// Local hand-off of the plain mutex's holds.
+    pub(crate) handoff: LocalHandoff,
 }
 
 impl Default for Config {
@@ -214,6 +375,7 @@ impl Default for Config {
             drift: Drift::default(),
             durability: Durability::None,
             redlock: None,
+            handoff: LocalHandoff::default(),
         }
     }
 }
@@ -282,6 +444,7 @@ impl Config {
             ));
         }
         self.durability.validate()?;
+        self.handoff.validate()?;
         if let Some(t) = self.redlock.and_then(|q| q.node_timeout)
             && (t.is_zero() || t > MAX_LEASE)
         {

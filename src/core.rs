@@ -12,6 +12,7 @@ use crate::backend::{self, Backend};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::lease::Tasks;
+use crate::lease::cohort::Cohorts;
 use crate::notify::Notifier;
 use crate::protocol;
 use crate::token::OwnerToken;
@@ -28,6 +29,8 @@ pub(crate) struct Core {
     pub(crate) tasks: Tasks,
     /// Waits for carried owner tokens at queued primitives take turns here.
     pub(crate) turns: Turns,
+    /// The plain mutexes whose holds pass between this client's tasks (local hand-off).
+    pub(crate) cohorts: Cohorts,
     /// Dropping this stops the subscription task.
     _shutdown: watch::Sender<()>,
 }
@@ -108,6 +111,7 @@ impl Core {
             notifier,
             tasks,
             turns: Turns::default(),
+            cohorts: Cohorts::default(),
             _shutdown: shutdown,
         }))
     }

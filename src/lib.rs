@@ -107,7 +107,9 @@ mod time;
 mod token;
 
 pub use client::{LockClient, LockClientBuilder};
-pub use config::{DEFAULT_LEASE, Durability, FENCE_TTL, Fencing, MAX_LEASE, MIN_LEASE};
+pub use config::{
+    DEFAULT_LEASE, Durability, FENCE_TTL, Fencing, LocalHandoff, MAX_LEASE, MIN_LEASE,
+};
 pub use error::{Error, Result};
 pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};

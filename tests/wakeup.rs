@@ -116,7 +116,13 @@ async fn waiters_survive_a_lost_subscription() {
             .build()
             .unwrap();
         let holder = client.mutex("restart").unwrap().lock().await.unwrap();
-        let m = client.mutex("restart").unwrap();
+        // The waiter in another client: one of the holder's would wait for it in the client.
+        let other = redis
+            .builder()
+            .default_lease(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let m = other.mutex("restart").unwrap();
         let waiting = tokio::spawn(async move { m.lock_timeout(Duration::from_secs(30)).await });
         subscribed(&redis, "restart").await;
         // The server restarts empty: the holder's lock is gone, the subscription drops.

@@ -48,7 +48,9 @@ impl ReplicaPair {
     }
 }
 
-/// Waits until every replica of `master` is in sync (a replica acknowledges writes only then).
+/// Waits until every replica of `master` is in sync and acknowledges writes: listed `online`,
+/// and counted by `WAIT` (for about a second after the initial sync, an online replica may not
+/// acknowledge yet).
 ///
 /// # Errors
 ///
@@ -66,8 +68,27 @@ pub async fn in_sync(master: &RedisServer) -> Result<(), String> {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        if info.contains("state=online") {
-            return Ok(());
+        let online = info.matches("state=online").count();
+        if online > 0 {
+            // A write of this connection's own (gone in a millisecond), for WAIT to count
+            // acknowledgements of; the timeout well under redis-rs's answer timeout.
+            let () = redis::cmd("SET")
+                .arg("redlatch-harness:in-sync")
+                .arg(1)
+                .arg("PX")
+                .arg(1)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let acked: usize = redis::cmd("WAIT")
+                .arg(online)
+                .arg(100)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            if acked >= online {
+                return Ok(());
+            }
         }
         if tokio::time::Instant::now() > deadline {
             return Err(format!("the replica is not in sync: {info}"));

@@ -16,6 +16,9 @@
 --          (TIME), when the client has no estimate. The token is max(last + 1, ARGV[6]); a new
 --          counter (first use, expired 7 days after it was made, or lost in a failover) starts
 --          at the server clock plus one second, so tokens keep rising across it.
+-- ARGV[7]: optional, how many tokens a fresh acquisition takes (default 1): the grant's token
+--          and the ARGV[7] - 1 after it, which the client hands to the local owners it passes
+--          the hold to (local hand-off); the counter is left at the last of them.
 -- A fresh acquisition of a free lock is two commands: SET ... KEEPTTL GET of the counter (it
 -- reads the last token and writes the new one; a value that is not ours is put back as it
 -- was), and SET NX PX of the lock. A busy one puts the counter back.
@@ -29,6 +32,7 @@ local lock, fence = KEYS[1], KEYS[2]
 local owner, lease, claim, wait = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 
 local floor, now = tonumber(ARGV[6]) or 0, nil
+local extra = math.max((tonumber(ARGV[7]) or 1) - 1, 0)
 if floor <= 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -37,7 +41,7 @@ end
 
 if claim ~= 'again' then
   local token = string.format('%.0f', floor)
-  local prev = redis.pcall('SET', fence, token, 'KEEPTTL', 'GET')
+  local prev = redis.pcall('SET', fence, string.format('%.0f', floor + extra), 'KEEPTTL', 'GET')
   if type(prev) == 'table' then
     -- Not a string: foreign data. Any other failure (READONLY...) is the caller's to see.
     if not string.find(prev.err, 'WRONGTYPE', 1, true) then return prev end
@@ -55,11 +59,12 @@ if claim ~= 'again' then
     -- of the clock, which runs ahead of it by far less.
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    token = string.format('%.0f', math.max(floor, now + 1000000))
-    redis.call('SET', fence, token, 'PX', ARGV[3])
+    local first = math.max(floor, now + 1000000)
+    token = string.format('%.0f', first)
+    redis.call('SET', fence, string.format('%.0f', first + extra), 'PX', ARGV[3])
   elseif last >= floor then
     token = string.format('%.0f', last + 1)
-    redis.call('SET', fence, token, 'KEEPTTL')
+    redis.call('SET', fence, string.format('%.0f', last + 1 + extra), 'KEEPTTL')
   end
   if redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'NX', 'PX', lease) then
     if now then return {1, token, 1, string.format('%.0f', now)} end

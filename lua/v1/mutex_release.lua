@@ -8,7 +8,8 @@
 --          release sends the same `1@<release id>` to every node, so a waiter that hears it from
 --          several nodes wakes once, and gives back a failed attempt's grants with ''
 -- returns: {1, holds}    one hold released; the owner still holds the lock `holds` times
---          {2}           the last hold released; the lock is free (and waiters were told)
+--          {2, told}     the last hold released; the lock is free; told is 1 when a waiter
+--                        had found it busy and the release published (0: nobody was told)
 --          {0}           not held by this owner: nothing changed
 --          {-1, type, 1} KEYS[1] holds foreign data of that Redis type
 --          {-2, layout}  KEYS[1] holds another layout
@@ -23,5 +24,8 @@ if held.holds > 1 then
 end
 redis.call('DEL', lock)
 local message = ARGV[3] or '1'
-if held.wait == 'w' and message ~= '' then redis.call(PUBLISH, ARGV[2], message) end
-return {2}
+if held.wait == 'w' and message ~= '' then
+  redis.call(PUBLISH, ARGV[2], message)
+  return {2, 1}
+end
+return {2, 0}

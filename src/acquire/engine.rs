@@ -19,13 +19,15 @@ use crate::protocol::{Answer, Claim, Family, Op, mutex};
 use crate::time::after;
 use crate::token::OwnerToken;
 
-/// What one acquisition asks for: `units` of `op` for `owner`, claimed as `claim`.
+/// What one acquisition asks for: `units` of `op` for `owner`, claimed as `claim`; a fresh
+/// plain mutex grant takes `tokens` fencing tokens (more than one for a hold passed locally).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask {
     pub(crate) op: Op,
     pub(crate) units: u32,
     pub(crate) owner: OwnerToken,
     pub(crate) claim: Claim,
+    pub(crate) tokens: u32,
 }
 
 impl Ask {
@@ -36,6 +38,7 @@ impl Ask {
             units: 1,
             owner,
             claim,
+            tokens: 1,
         }
     }
 }
@@ -168,6 +171,31 @@ impl Engine {
     /// attempt without queueing and fails with [`Error::Timeout`] (carrying the holder's
     /// remaining lease) if it is busy.
     pub(crate) async fn acquire(&self, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
+        if self.passes_locally(ask, timeout) {
+            return super::cohort::acquire(self, ask, timeout).await;
+        }
+        self.acquire_in_redis(ask, timeout).await
+    }
+
+    /// Whether the holds of `ask` pass between this client's tasks (local hand-off): a new
+    /// owner of a plain mutex that waits, with the watchdog's lease and no durability, on a
+    /// client that has it on (never a Redlock client).
+    fn passes_locally(&self, ask: Ask, timeout: Option<Duration>) -> bool {
+        self.family == Family::Mutex
+            && ask.claim == Claim::New
+            && self.renew
+            && self.durability == Durability::None
+            && timeout != Some(Duration::ZERO)
+            && self.core.config.handoff.is_on()
+            && self.core.backend.as_quorum().is_none()
+    }
+
+    /// [`acquire`](Self::acquire), every attempt in Redis.
+    pub(super) async fn acquire_in_redis(
+        &self,
+        ask: Ask,
+        timeout: Option<Duration>,
+    ) -> Result<Held> {
         if timeout == Some(Duration::ZERO) {
             return match self.try_acquire(ask).await? {
                 Attempt::Acquired(held) => Ok(held),
@@ -295,6 +323,7 @@ impl Engine {
             owner: ask.owner,
             fence,
             lease: Lease::new(hold, self.core.tasks.clone()),
+            baton: None,
         }
     }
 
@@ -323,6 +352,7 @@ impl Engine {
             claim: ask.claim,
             floor: self.core.backend.clock().now().unwrap_or(0),
             waiters: self.core.notifier.has_waiters(&self.keys.wake),
+            tokens: ask.tokens,
         };
         let sent_at = Instant::now();
         let (answer, acks) = self.send(&request).await?;

@@ -4,6 +4,7 @@
 //! operation an attempt runs and in where waiters queue (in the client, or in Redis), which
 //! [`Engine`] hides from the primitives.
 
+mod cohort;
 mod engine;
 mod queued;
 mod quorum;

@@ -132,5 +132,6 @@ pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Ins
         owner: ask.owner,
         fence: grant.fence,
         lease: Lease::new(hold, engine.core.tasks.clone()),
+        baton: None,
     }
 }

@@ -84,6 +84,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
             0
         },
         waiters: engine.core.notifier.has_waiters(&engine.keys.wake),
+        tokens: 1,
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;

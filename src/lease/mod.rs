@@ -5,6 +5,7 @@
 //! This layer renews and releases holds through the protocol's operations, never through a
 //! primitive: a hold knows its family and op, which say which script serves it.
 
+pub(crate) mod cohort;
 mod quorum;
 pub(crate) mod release;
 mod view;
@@ -26,6 +27,7 @@ use crate::key::LockKeys;
 use crate::protocol::{Family, Op, foreign};
 use crate::time::after;
 use crate::token::OwnerToken;
+use cohort::{Baton, LetGo, Turn};
 use watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -60,6 +62,8 @@ pub(crate) struct Hold {
     /// Renewals count only once replicas acknowledged them (`None`: at once).
     pub(crate) durable: Option<Want>,
     lost: watch::Sender<bool>,
+    /// The local waiters this hold passes between (local hand-off): told when it is lost.
+    cohort: std::sync::OnceLock<std::sync::Weak<cohort::Cohort>>,
 }
 
 impl Hold {
@@ -90,6 +94,7 @@ impl Hold {
             ended: AtomicBool::new(false),
             durable: None,
             lost: watch::Sender::new(false),
+            cohort: std::sync::OnceLock::new(),
         }
     }
 
@@ -105,8 +110,12 @@ impl Hold {
 
     /// Marks the hold lost. It never becomes held again.
     pub(crate) fn mark_lost(&self) {
-        self.lost
+        let first = self
+            .lost
             .send_if_modified(|lost| !std::mem::replace(lost, true));
+        if first && let Some(cohort) = self.cohort.get().and_then(std::sync::Weak::upgrade) {
+            cohort.lost(self);
+        }
     }
 
     pub(crate) fn lost_signal(&self) -> watch::Receiver<bool> {
@@ -208,7 +217,23 @@ impl Lease {
 
     /// Stops watching and hands the hold to the caller, who releases it (or knows Redis let it
     /// go already).
+    /// The same hold in a lease of its own, for the next local holder (local hand-off): this
+    /// one no longer releases it, and the watchdog goes on renewing it.
+    pub(crate) fn relay(&mut self) -> Lease {
+        let armed = std::mem::replace(&mut self.armed, false);
+        Lease {
+            hold: Arc::clone(&self.hold),
+            tasks: self.tasks.clone(),
+            armed,
+        }
+    }
+
     pub(crate) fn disarm(mut self) -> Arc<Hold> {
+        self.end()
+    }
+
+    /// As [`disarm`](Self::disarm), in place.
+    fn end(&mut self) -> Arc<Hold> {
         self.armed = false;
         self.hold.ended.store(true, Ordering::Relaxed);
         self.tasks.0.watchdog.forget(self.hold.id);
@@ -237,6 +262,31 @@ pub(crate) struct Held {
     pub(crate) owner: OwnerToken,
     pub(crate) fence: u64,
     pub(crate) lease: Lease,
+    /// A plain mutex's hold that may pass to another task of this client when let go.
+    pub(crate) baton: Option<Baton>,
+}
+
+/// A hold let go: passed to the next local waiter, or released in the background, after which
+/// the next local waiter (if any) takes the lock in Redis.
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let LetGo::Release {
+            cohort,
+            leader: Some(leader),
+            bounded,
+        } = cohort::let_go(self)
+        {
+            // The new leader releases the hold first: then it knows whether waiters elsewhere
+            // were woken, and gives them a head start.
+            let turn = Turn::Lead {
+                release: Some(self.lease.relay()),
+                head_start: bounded,
+            };
+            if let Err(turn) = leader.send(turn) {
+                cohort.hand_on(turn);
+            }
+        }
+    }
 }
 
 impl Held {
@@ -300,11 +350,38 @@ impl Held {
         }
     }
 
-    /// Releases this hold now, instead of in the background on drop.
-    pub(crate) async fn release(self) -> Result<()> {
-        let tasks = self.lease.tasks.clone();
-        let hold = self.lease.disarm();
-        release::release(tasks.backend(), &hold).await
+    /// The owner token may be used elsewhere (it was read, or re-entered): the hold is not
+    /// passed to another local owner any more.
+    pub(crate) fn share(&self) {
+        if let Some(baton) = &self.baton {
+            baton.share();
+        }
+    }
+
+    /// Releases this hold now, instead of in the background on drop; or passes it to the next
+    /// local waiter (local hand-off).
+    pub(crate) async fn release(mut self) -> Result<()> {
+        let next = match cohort::let_go(&mut self) {
+            LetGo::Passed => return Ok(()),
+            LetGo::Plain => None,
+            LetGo::Release {
+                cohort,
+                leader,
+                bounded,
+            } => leader.map(|leader| (cohort, leader, bounded)),
+        };
+        let hold = self.lease.end();
+        let released = release::release(self.lease.tasks.backend(), &hold).await;
+        if let Some((cohort, leader, bounded)) = next {
+            let turn = Turn::Lead {
+                release: None,
+                head_start: bounded && matches!(released, Ok(true)),
+            };
+            if let Err(turn) = leader.send(turn) {
+                cohort.hand_on(turn);
+            }
+        }
+        released.map(drop)
     }
 }
 

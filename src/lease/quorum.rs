@@ -32,7 +32,7 @@ pub(super) async fn release(quorum: &Quorum, hold: &Hold) -> Result<()> {
     let mut replies = quorum.each(&request, deadline);
     while let Some((_, reply)) = replies.next().await {
         match reply {
-            Ok(()) => released += 1,
+            Ok(_) => released += 1,
             Err(Error::NotHeld { .. }) => not_held += 1,
             Err(err) => {
                 failure.get_or_insert(err);

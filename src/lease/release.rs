@@ -26,7 +26,7 @@ async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>
         tokio::spawn(async move {
             for attempt in 0..3u32 {
                 match release(&backend, &hold).await {
-                    Ok(()) => return,
+                    Ok(_) => return,
                     Err(Error::Pool(err)) => {
                         tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
                         tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
@@ -45,10 +45,11 @@ async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>
     }
 }
 
-/// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family.
-pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
+/// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family:
+/// `true` when that freed a plain mutex and woke waiters that had found it busy.
+pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<bool> {
     if let Some(quorum) = backend.as_quorum() {
-        return super::quorum::release(quorum, hold).await;
+        return super::quorum::release(quorum, hold).await.map(|()| false);
     }
     match hold.family {
         Family::Mutex => {
@@ -61,18 +62,17 @@ pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<()> {
                 })
                 .await
         }
-        family => {
-            backend
-                .run(&queue::Release {
-                    name: &hold.name,
-                    keys: &hold.keys,
-                    family,
-                    op: hold.op,
-                    owner: &hold.owner,
-                    fence_ttl_ms: millis(FENCE_TTL),
-                })
-                .await
-        }
+        family => backend
+            .run(&queue::Release {
+                name: &hold.name,
+                keys: &hold.keys,
+                family,
+                op: hold.op,
+                owner: &hold.owner,
+                fence_ttl_ms: millis(FENCE_TTL),
+            })
+            .await
+            .map(|()| false),
     }
 }
 

@@ -26,6 +26,9 @@ pub(crate) struct Acquire<'a> {
     /// Other waiters of this client wait for the name: the grant is marked so that its
     /// release publishes a wake-up.
     pub(crate) waiters: bool,
+    /// How many fencing tokens a fresh grant takes (1, or more for a hold this client may
+    /// pass to its own waiters): the grant's token and the ones after it.
+    pub(crate) tokens: u32,
 }
 
 impl Request for Acquire<'_> {
@@ -41,6 +44,9 @@ impl Request for Acquire<'_> {
             .arg(self.claim.code())
             .arg(if self.waiters { "w" } else { "-" })
             .arg(self.floor);
+        if self.tokens > 1 {
+            call.arg(self.tokens);
+        }
         if self.claim.repeats_safely() {
             call.repeatable();
         }
@@ -64,8 +70,9 @@ impl Request for Acquire<'_> {
     }
 }
 
-/// Releases one hold of `owner`: `Ok` when released, [`Error::NotHeld`] when the owner held
-/// nothing (nothing changed).
+/// Releases one hold of `owner`: `Ok(true)` when that freed the lock and woke waiters that had
+/// found it busy, `Ok(false)` when released without a wake-up, [`Error::NotHeld`] when the
+/// owner held nothing (nothing changed).
 #[derive(Debug)]
 pub(crate) struct Release<'a> {
     pub(crate) name: &'a str,
@@ -77,7 +84,7 @@ pub(crate) struct Release<'a> {
 }
 
 impl Request for Release<'_> {
-    type Reply = ();
+    type Reply = bool;
 
     fn call(&self, by: By) -> Call {
         let mut call = MUTEX_RELEASE.call(by, 1);
@@ -90,11 +97,12 @@ impl Request for Release<'_> {
         call
     }
 
-    fn decode(&self, raw: Value) -> Result<()> {
+    fn decode(&self, raw: Value) -> Result<bool> {
         let (status, reply) =
             Reply::decode("mutex_release", raw, &[&self.keys.lock], MUTEX_LAYOUT)?;
         match status {
-            1 | 2 => Ok(()),
+            1 => Ok(false),
+            2 => Ok(reply.int(1).is_ok_and(|told| told == 1)),
             0 => Err(Error::NotHeld {
                 name: self.name.to_owned(),
             }),

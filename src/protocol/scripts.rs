@@ -115,13 +115,13 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "1ba03093ba62bccdf73d0209307d7d2a49409549",
-                "4a001a72119ff0b34eadb792fde4be5a43559081",
+                "aa84c3313955c29fa359cc1c322762ac45c1e649",
+                "60370f969c4c3db19af198cff3258578c2e89198",
             ),
             (
                 &*MUTEX_RELEASE,
-                "fba372c338f1647d9db8571793fb5bd1018c5d46",
-                "c548c53f885b4490f683db39ff299fb93e96ae75",
+                "f39ca5fe0444dc64152c1724295af0d34115d70f",
+                "b0a9ea81445e5a20e50507280b8343a1ce1ce888",
             ),
             (
                 &*MUTEX_EXTEND,

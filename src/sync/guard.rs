@@ -22,7 +22,9 @@ use crate::token::OwnerToken;
 ///
 /// Dropping the guard releases its hold in the background (the client's release queue), which
 /// needs the tokio runtime the client runs on; if that is gone, the lease runs out instead.
-/// Call [`unlock`](Self::unlock) to release now and see the outcome.
+/// Call [`unlock`](Self::unlock) to release now and see the outcome. A plain mutex's hold may
+/// instead pass to the next task of this client waiting for the name, with no round trip (see
+/// [`LocalHandoff`](crate::LocalHandoff)).
 ///
 /// ```no_run
 /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -98,6 +100,10 @@ impl MutexGuard {
 
     /// The owner of this hold. It is a capability: hand it only to code that may re-enter.
     ///
+    /// A plain mutex's hold whose owner was read is released in Redis when let go, never passed
+    /// to another task of this client (see [`LocalHandoff`](crate::LocalHandoff)): the token
+    /// may be in use elsewhere. A passed hold keeps the owner token it had in Redis.
+    ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
     /// let guard = client.mutex("a")?.lock().await?;
@@ -105,6 +111,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner(&self) -> &OwnerToken {
+        self.held.share();
         &self.held.owner
     }
 
@@ -221,7 +228,8 @@ impl MutexGuard {
     }
 
     /// Adds one hold for the same owner, with the same lease settings, and returns its guard.
-    /// The lock stays held until both guards are released.
+    /// The lock stays held until both guards are released; a re-entered hold is not passed to
+    /// other tasks of this client (see [`LocalHandoff`](crate::LocalHandoff)).
     ///
     /// # Errors
     ///
@@ -241,11 +249,14 @@ impl MutexGuard {
     /// ```
     #[tracing::instrument(name = "redlatch.reenter", skip_all, fields(lock = %self.name()))]
     pub async fn reenter(&self) -> Result<MutexGuard> {
+        self.held.share();
         let held = self.engine.again(Op::Exclusive, &self.held).await?;
         Ok(Self::new(held, self.engine.clone()))
     }
 
-    /// Releases this hold now. The lock is free once every hold of the owner is released.
+    /// Releases this hold now. The lock is free once every hold of the owner is released. A
+    /// plain mutex's hold may instead pass to the next task of this client waiting for the
+    /// name, at once (see [`LocalHandoff`](crate::LocalHandoff)).
     ///
     /// # Errors
     ///

@@ -276,6 +276,7 @@ impl Semaphore {
             units: n,
             owner: OwnerToken::new(),
             claim: Claim::New,
+            tokens: 1,
         };
         let attempt = self.engine.try_acquire(ask).await?;
         Ok(attempt.acquired().map(|held| SemaphorePermit::new(held, n)))
@@ -347,6 +348,7 @@ impl Semaphore {
             units: n,
             owner: OwnerToken::new(),
             claim: Claim::New,
+            tokens: 1,
         };
         let held = self.engine.acquire(ask, timeout).await?;
         Ok(SemaphorePermit::new(held, n))

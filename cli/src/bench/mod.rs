@@ -47,7 +47,9 @@ pub use report::Record;
 use chart::chart;
 use plan::Job;
 use report::{machine, median_record, print_table};
-use scenarios::{contended, handoff, idle, latency, semaphore, uncontended, watchdog};
+use scenarios::{
+    contended, handoff, idle, latency, remote_waiter, semaphore, uncontended, watchdog,
+};
 
 /// Everything a run needs.
 #[derive(Debug)]
@@ -107,6 +109,12 @@ impl Bench {
                 }
             }
         }
+        jobs.extend(
+            self.entries
+                .iter()
+                .filter(|e| e.name == "redlatch-mutex")
+                .map(|e| Job::RemoteWaiter(e, 16)),
+        );
         jobs.extend(self.entries.iter().map(Job::Idle));
         jobs.extend([Job::Semaphore, Job::Watchdog]);
         if let Some((_, cluster)) = &self.cluster {
@@ -268,6 +276,9 @@ impl Bench {
                     Job::Handoff(entry) => handoff(entry, plan).await,
                     Job::Contended(entry, tasks, cs) => {
                         contended(entry, conn, tasks, cs, plan).await
+                    }
+                    Job::RemoteWaiter(entry, tasks) => {
+                        remote_waiter(entry, conn, tasks, plan).await
                     }
                     Job::Idle(entry) => idle(entry, conn, plan).await,
                     Job::Semaphore => semaphore(&semaphore_entry, conn, 64, plan).await,

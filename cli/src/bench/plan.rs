@@ -113,6 +113,8 @@ pub(crate) enum Job<'a> {
     Uncontended(&'a Entry, usize),
     Handoff(&'a Entry),
     Contended(&'a Entry, usize, Duration),
+    /// Tasks of one client looping on one name, and a waiter in another client.
+    RemoteWaiter(&'a Entry, usize),
     Idle(&'a Entry),
     Semaphore,
     Watchdog,
@@ -140,6 +142,12 @@ impl Job<'_> {
                 e.name,
                 cs.as_millis()
             ),
+            Job::RemoteWaiter(e, tasks) => {
+                format!(
+                    "remote waiter: {} x{tasks} and one in another client",
+                    e.name
+                )
+            }
             Job::Idle(e) => format!("idle waiters: {}", e.name),
             Job::Semaphore => "semaphore: 8 permits, 64 tasks".to_owned(),
             Job::Watchdog => format!("watchdog: {} guards", plan.watchdog_guards),

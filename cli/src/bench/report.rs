@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 /// One row of the results.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
-    /// The scenario: `raw`, `uncontended`, `handoff`, `contended`, `contended-1ms`, `idle`,
+    /// The scenario: `raw`, `uncontended`, `handoff`, `contended`, `contended-1ms`,
+    /// `remote-waiter`, `idle`,
     /// `semaphore` or `watchdog`.
     pub scenario: &'static str,
     /// The library configuration (`redlatch-mutex`, `rslock-tuned`...).
@@ -169,6 +170,11 @@ pub(crate) fn print_table(records: &[Record]) {
         ),
         ("contended-1ms", "the same with a 1 ms critical section"),
         (
+            "remote-waiter",
+            "tasks of one client looping on one name, and a waiter in another client taking it \
+             1 ms after each of its releases: its waits",
+        ),
+        (
             "idle",
             "waiters blocked on a held name: Redis requests/s they cause",
         ),
@@ -245,6 +251,32 @@ pub(crate) fn print_table(records: &[Record]) {
                         fmt_opt(r.max_wait_ms, 1),
                         fmt_opt(r.jain, 3),
                         fmt_opt(r.requests_per_acq, 2)
+                    );
+                }
+            }
+            "remote-waiter" => {
+                println!(
+                    "  {:<20} {:>6} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8}",
+                    "library",
+                    "tasks",
+                    "acq/s",
+                    "req/acq",
+                    "wait p50",
+                    "p99 µs",
+                    "max µs",
+                    "samples"
+                );
+                for r in rows {
+                    println!(
+                        "  {:<20} {:>6} {:>10.0} {:>9} {:>10} {:>10} {:>10} {:>8}",
+                        r.library,
+                        r.tasks,
+                        r.ops_per_s,
+                        fmt_opt(r.requests_per_acq, 2),
+                        fmt_opt(r.p50_us, 0),
+                        fmt_opt(r.p99_us, 0),
+                        fmt_opt(r.max_us, 0),
+                        fmt_opt(r.samples, 0)
                     );
                 }
             }

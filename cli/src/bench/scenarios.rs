@@ -2,7 +2,7 @@
 
 use std::error::Error;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use deadpool_redis::{Config, Runtime};
@@ -151,6 +151,79 @@ pub(crate) async fn contended(
         requests_per_acq: Some(run.requests_per_acq),
         retake_share: Some(run.retake_share),
         critical_section_ms: Some(critical.as_secs_f64() * 1000.0),
+        ..Record::default()
+    })
+}
+
+/// `tasks` tasks of one client loop on one name (empty critical section; with local hand-off
+/// the hold passes between them) while one task of a second client takes the same name over
+/// and over, 1 ms apart: the busy client's acquisitions per second and Redis requests per
+/// acquisition, and the other client's waits (p50, p99, longest), against the bound local
+/// hand-off documents.
+pub(crate) async fn remote_waiter(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    tasks: usize,
+    plan: &Plan,
+) -> AnyResult<Record> {
+    let (busy, other) = ((entry.connect)().await?, (entry.connect)().await?);
+    let name = format!("r{}", fastrand::u32(..));
+    let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let counted = Arc::new(AtomicU64::new(0));
+    let mut loops = Vec::new();
+    for _ in 0..tasks {
+        let contender = busy.contender(&name, None).await?;
+        let (stop, measuring, counted) = (
+            Arc::clone(&stop),
+            Arc::clone(&measuring),
+            Arc::clone(&counted),
+        );
+        loops.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                contender.lock().await?.release().await?;
+                if measuring.load(Ordering::Relaxed) {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>(())
+        }));
+    }
+    let remote = other.contender(&name, None).await?;
+    tokio::time::sleep(plan.warm_up).await;
+    let before = commandstats(conn).await?;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let mut waits = hdrhistogram::Histogram::<u64>::new(3)?;
+    while started.elapsed() < plan.phase {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let asked = Instant::now();
+        let hold = remote.lock().await?;
+        waits.record(u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX))?;
+        hold.release().await?;
+    }
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = commandstats(conn).await?;
+    stop.store(true, Ordering::Relaxed);
+    for handle in loops {
+        handle.await??;
+    }
+    drop((busy, other));
+    let acquisitions = counted.load(Ordering::Relaxed) as f64 + waits.len() as f64;
+    Ok(Record {
+        scenario: "remote-waiter",
+        library: entry.name,
+        tasks,
+        ops_per_s: counted.load(Ordering::Relaxed) as f64 / elapsed,
+        requests_per_acq: Some(
+            requests(&before, &after, &entry.script_commands) as f64 / acquisitions.max(1.0),
+        ),
+        p50_us: Some(waits.value_at_quantile(0.5) as f64),
+        p99_us: Some(waits.value_at_quantile(0.99) as f64),
+        max_us: Some(waits.max() as f64),
+        max_wait_ms: Some(waits.max() as f64 / 1000.0),
+        samples: Some(waits.len() as f64),
         ..Record::default()
     })
 }

@@ -1,0 +1,100 @@
+//! Local hand-off, the waiting side: a plain mutex's acquisition in a client that passes holds
+//! between its tasks ([`crate::lease::cohort`]) queues behind the task that takes or holds the
+//! name for this client, and takes the lock in Redis itself when its turn says so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Ask, Engine};
+use crate::error::{Error, Result};
+use crate::lease::cohort::{Baton, Cohort, Entered, Turn};
+use crate::lease::{Held, Lease, release};
+use crate::time::{after, sleep_until};
+
+/// Acquires `ask` (a new owner of a plain mutex) up to `timeout`: passed a hold by another task
+/// of this client, or taking the lock in Redis in its turn.
+pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
+    let deadline = timeout.map(|t| after(Instant::now(), t));
+    let settings = engine.core.config.handoff;
+    let (cohort, entered) = engine.core.cohorts.enter(&engine.name, settings);
+    let (release, head_start) = match entered {
+        Entered::Lead => (None, false),
+        Entered::Wait(mut turn) => {
+            let turn = tokio::select! {
+                // A turn lost on its way (its sender dropped unsent) is the turn to lead.
+                turn = &mut turn => turn.unwrap_or(Turn::Lead { release: None, head_start: false }),
+                () = sleep_until(deadline) => {
+                    return Err(Error::Timeout {
+                        waited: timeout.unwrap_or_default(),
+                        lease_left: cohort.lease_left(),
+                    });
+                }
+            };
+            match turn {
+                Turn::Pass(held) => return Ok(held),
+                Turn::Lead {
+                    release,
+                    head_start,
+                } => (release, head_start),
+            }
+        }
+    };
+    let leading = Leading(Some(Arc::clone(&cohort)));
+    let woke_others = match release {
+        Some(lease) => released(engine, lease).await,
+        None => true,
+    };
+    if head_start && woke_others {
+        let until = after(Instant::now(), settings.head_start());
+        sleep_until(Some(deadline.map_or(until, |d| d.min(until)))).await;
+    }
+    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let ask = Ask {
+        tokens: settings.passes().saturating_add(1),
+        ..ask
+    };
+    let mut held = engine.acquire_in_redis(ask, remaining).await?;
+    leading.done();
+    cohort.holding(held.hold());
+    held.baton = Some(Baton::new(
+        cohort,
+        Instant::now(),
+        held.fence,
+        settings.passes(),
+    ));
+    Ok(held)
+}
+
+/// Releases the hold a dropped guard let go, for the new leader: whether that woke waiters
+/// elsewhere. If the leader is cancelled first, the lease releases it in the background.
+async fn released(engine: &Engine, lease: Lease) -> bool {
+    let told = release::release(engine.core.tasks.backend(), lease.hold()).await;
+    lease.disarm();
+    told.unwrap_or_else(|err| {
+        tracing::debug!(lock = %engine.name, error = %err, "releasing a hold let go failed; its lease will run out");
+        false
+    })
+}
+
+/// A leader that has not taken the lock: if it fails or is cancelled, the next local waiter
+/// leads.
+struct Leading(Option<Arc<Cohort>>);
+
+impl Leading {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Some(cohort) = self.0.take() {
+            cohort.hand_on(Turn::Lead {
+                release: None,
+                head_start: false,
+            });
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Local hand-off: a plain mutex's hold passes between the tasks of one client without a round
+//! trip, up to its bound; tokens keep rising, other clients get their turn, a lost hold or a
+//! waiter that gives up stalls nobody, and nothing is left in Redis.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::Mutex as StdMutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redlatch::{LocalHandoff, MutexGuard};
+use support::{TestRedis, racy_increment, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// `tasks` tasks of `client` taking `name` `rounds` times each: inside, a racy increment of
+/// `counter` and the guard's token recorded; every other round the guard is dropped instead of
+/// unlocked. The tokens in the order the holds were taken.
+async fn take_turns(
+    redis: &TestRedis,
+    client: &redlatch::LockClient,
+    name: &str,
+    tasks: usize,
+    rounds: usize,
+    counter: &str,
+) -> Vec<u64> {
+    let tokens = Arc::new(StdMutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let mutex = client.mutex(name).unwrap();
+        let tokens = Arc::clone(&tokens);
+        let mut conn = redis.conn().await;
+        let counter = counter.to_owned();
+        handles.push(tokio::spawn(async move {
+            for round in 0..rounds {
+                let guard = mutex.lock().await.unwrap();
+                tokens.lock().unwrap().push(guard.fencing_token());
+                racy_increment(&mut conn, &counter).await;
+                if round % 2 == 0 {
+                    guard.unlock().await.unwrap();
+                } else {
+                    drop(guard);
+                }
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    tokens.lock().unwrap().clone()
+}
+
+async fn counted(redis: &TestRedis, key: &str) -> u64 {
+    let mut conn = redis.conn().await;
+    redis::cmd("GET")
+        .arg(key)
+        .query_async::<Option<u64>>(&mut conn)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_take_turns_without_a_round_trip() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let counter = format!("{}:counter", redis.prefix);
+        let before = redis.calls("evalsha").await;
+        let tokens = take_turns(&redis, &client, "turns", 8, 100, &counter).await;
+        let scripts = redis.settle().await - before;
+        // Exclusion: every increment counted.
+        assert_eq!(counted(&redis, &counter).await, 800);
+        // Tokens rise with every acquisition, passed or not.
+        assert_eq!(tokens.len(), 800);
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly rising"
+        );
+        // Without hand-off every acquisition is two script calls at least.
+        assert!(
+            scripts < 400,
+            "{scripts} script calls for 800 acquisitions: holds were not passed"
+        );
+        let passed = tokens.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(passed > 400, "only {passed} of 800 holds were passed");
+        assert_eq!(redis.leftovers().await, vec![counter.clone()]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pass_keeps_the_owner_in_redis_and_a_read_owner_is_not_passed() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("owner").unwrap();
+        let first = mutex.lock().await.unwrap();
+        let waiter = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock().await.unwrap() })
+        };
+        // On this single-threaded runtime the waiter runs up to its wait before we go on.
+        tokio::task::yield_now().await;
+        let fence = first.fencing_token();
+        first.unlock().await.unwrap();
+        let second = waiter.await.unwrap();
+        assert_eq!(second.fencing_token(), fence + 1, "the hold was not passed");
+        // inspect names the owner the passed guard reports.
+        let snapshot = client.inspect("owner").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.holders[0].id, second.owner().short_id());
+        // Its owner was read: the next waiter takes the lock in Redis, as a new owner.
+        let read = *second.owner();
+        let waiter = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock().await.unwrap() })
+        };
+        tokio::task::yield_now().await;
+        let fence = second.fencing_token();
+        second.unlock().await.unwrap();
+        let third = waiter.await.unwrap();
+        assert_ne!(*third.owner(), read);
+        assert!(third.fencing_token() > fence + 1);
+        third.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bound_sends_the_lock_back_to_redis() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .local_handoff(LocalHandoff::new(3, Duration::from_secs(10)))
+            .build()
+            .unwrap();
+        let counter = format!("{}:counter", redis.prefix);
+        let before = redis.calls("evalsha").await;
+        let tokens = take_turns(&redis, &client, "bound", 4, 50, &counter).await;
+        let scripts = redis.settle().await - before;
+        assert_eq!(counted(&redis, &counter).await, 200);
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+        // At most 3 passes per acquisition in Redis: at least 50 of them, each with its
+        // release.
+        assert!(
+            scripts >= 100,
+            "{scripts} script calls: more than 3 passes per acquisition"
+        );
+        assert!(scripts < 400, "{scripts} script calls: nothing was passed");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_client_gets_its_turn() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let busy = redis.client();
+        let other = redis.client();
+        let counter = format!("{}:counter", redis.prefix);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut loops = Vec::new();
+        for _ in 0..4 {
+            let mutex = busy.mutex("shared").unwrap();
+            let stop = Arc::clone(&stop);
+            let mut conn = redis.conn().await;
+            let counter = counter.clone();
+            loops.push(tokio::spawn(async move {
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = mutex.lock().await.unwrap();
+                    racy_increment(&mut conn, &counter).await;
+                    guard.unlock().await.unwrap();
+                    rounds += 1;
+                }
+                rounds
+            }));
+        }
+        // The busy client keeps the lock passing between its tasks; the other client's waiter
+        // gets it at the bound all the same, several times over.
+        let mutex = other.mutex("shared").unwrap();
+        let mut conn = redis.conn().await;
+        for _ in 0..5 {
+            let guard = mutex
+                .lock_timeout(Duration::from_secs(10))
+                .await
+                .expect("the other client's waiter got the lock");
+            racy_increment(&mut conn, &counter).await;
+            guard.unlock().await.unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut rounds = 0;
+        for handle in loops {
+            rounds += handle.await.unwrap();
+        }
+        assert_eq!(counted(&redis, &counter).await, rounds + 5);
+        redis.settle().await;
+        assert!(redis.leftovers().await.iter().all(|k| k == &counter));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_give_up_stall_nobody() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let counter = format!("{}:counter", redis.prefix);
+        let mut handles = Vec::new();
+        for task in 0..8 {
+            let mutex = client.mutex("impatient").unwrap();
+            let mut conn = redis.conn().await;
+            let counter = counter.clone();
+            handles.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                for _ in 0..50 {
+                    // Half the tasks give up at once, often while queued behind the others.
+                    let got: Option<MutexGuard> = if task % 2 == 0 {
+                        mutex.lock_timeout(Duration::from_micros(200)).await.ok()
+                    } else {
+                        Some(mutex.lock().await.unwrap())
+                    };
+                    if let Some(guard) = got {
+                        racy_increment(&mut conn, &counter).await;
+                        guard.unlock().await.unwrap();
+                        done += 1;
+                    }
+                }
+                done
+            }));
+        }
+        let mut done = 0;
+        for handle in handles {
+            done += handle.await.unwrap();
+        }
+        assert!(done >= 200, "the patient tasks all got their turns");
+        assert_eq!(counted(&redis, &counter).await, done);
+        assert_eq!(redis.leftovers().await, vec![counter.clone()]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lost_hold_lets_local_waiters_take_the_lock_in_redis() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .default_lease(Duration::from_millis(600))
+            .build()
+            .unwrap();
+        let mutex = client.mutex("lost").unwrap();
+        let holder = mutex.lock().await.unwrap();
+        let waiter = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock().await.unwrap() })
+        };
+        tokio::task::yield_now().await;
+        // The hold disappears from Redis; the holder keeps its guard.
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(redis.lock_key("lost"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        holder.lost().await;
+        let next = waiter.await.unwrap();
+        assert!(next.is_held());
+        assert!(!holder.is_held());
+        assert!(next.fencing_token() > holder.fencing_token());
+        drop(holder);
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn off_every_acquisition_goes_to_redis() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .local_handoff(LocalHandoff::off())
+            .build()
+            .unwrap();
+        let mutex = client.mutex("off").unwrap();
+        let first = mutex.lock().await.unwrap();
+        let waiter = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock().await.unwrap() })
+        };
+        tokio::task::yield_now().await;
+        let before = redis.calls("evalsha").await;
+        first.unlock().await.unwrap();
+        let second = waiter.await.unwrap();
+        // The release and the waiter's acquisition, at least: nothing was passed.
+        let scripts = redis.calls("evalsha").await - before;
+        assert!(scripts >= 2, "{scripts} script calls");
+        second.unlock().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_at_build() {
+    let redis = TestRedis::new();
+    let refused = redis
+        .builder()
+        .local_handoff(LocalHandoff::new(
+            LocalHandoff::MAX_PASSES + 1,
+            Duration::from_millis(5),
+        ))
+        .build();
+    assert!(matches!(
+        refused,
+        Err(redlatch::Error::InvalidArgument { .. })
+    ));
+    let refused = redis
+        .builder()
+        .local_handoff(LocalHandoff::default().with_head_start(Duration::from_secs(2)))
+        .build();
+    assert!(matches!(
+        refused,
+        Err(redlatch::Error::InvalidArgument { .. })
+    ));
+}
