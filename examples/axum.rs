@@ -6,6 +6,11 @@
 //! cargo run --release --example axum -- --load 5      # requests/s with and without the layer
 //! ```
 //!
+//! The load test runs three apps on one route, each connection on a key of its own: without a
+//! lock, under `LockLayer`, and with a handler that runs redlatch's acquire and release scripts
+//! itself (`EVALSHA` on one shared connection, no library logic): the layer's own cost is its
+//! figure over that one.
+//!
 //! It starts its own redis-server unless `REDIS_URL` names one. Try it with
 //! `curl -X PUT localhost:3000/resources/42` (from two terminals at once: the second waits for
 //! the first) and `curl localhost:3000/report` (at most 2 at once, across every instance).
@@ -15,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Request};
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
 use axum::routing::{get, put};
 use axum::{Extension, Router};
 use bytes::Bytes;
@@ -25,6 +31,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redlatch::LockClient;
 use redlatch::layer::{LockLayer, PermitLayer, RequestHold};
+use redlatch_harness::measure::{raw_mutex_acquire, raw_mutex_release, server_micros};
 use redlatch_harness::server;
 
 #[derive(Parser, Debug)]
@@ -101,14 +108,56 @@ async fn main() -> AnyResult<()> {
                 })
                 .await?;
         }
-        Some(seconds) => load(&client, &args, Duration::from_secs_f64(seconds.max(0.5))).await?,
+        Some(seconds) => {
+            load(
+                &client,
+                &url,
+                &args,
+                Duration::from_secs_f64(seconds.max(0.5)),
+            )
+            .await?;
+        }
     }
     Ok(())
 }
 
-/// Requests/s of `PUT /resources/{id}` with the lock layer (each connection on a key of its
-/// own) beside the same route without it, in alternating rounds, one after the other.
-async fn load(client: &LockClient, args: &Args, phase: Duration) -> AnyResult<()> {
+/// What the raw app's handler needs: one shared connection, the key prefix, and the server's
+/// clock read once and moved on by ours (as the library's estimate is).
+#[derive(Clone)]
+struct Raw {
+    conn: redis::aio::MultiplexedConnection,
+    prefix: Arc<str>,
+    clock: (u64, Instant),
+}
+
+/// The raw app's handler: redlatch's acquire and release scripts by hand around the work.
+async fn raw_update(
+    State(raw): State<Raw>,
+    Path(id): Path<String>,
+) -> Result<&'static str, StatusCode> {
+    let lock = format!("{}:{{resource:{id}}}", raw.prefix);
+    let owner = uuid::Uuid::new_v4().simple().to_string();
+    let floor = raw.clock.0 + u64::try_from(raw.clock.1.elapsed().as_micros()).unwrap_or(0);
+    let mut conn = raw.conn;
+    let granted = raw_mutex_acquire(&mut conn, &lock, &owner, floor)
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    if granted.first().map(String::as_str) != Some("1") {
+        return Err(StatusCode::CONFLICT);
+    }
+    let released = raw_mutex_release(&mut conn, &lock, &owner)
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    if released != 2 {
+        return Err(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    Ok("updated\n")
+}
+
+/// Requests/s of `PUT /resources/{id}` (each connection on a key of its own) without a lock,
+/// under the lock layer, and with the raw scripts in the handler, in alternating rounds, one
+/// after the other.
+async fn load(client: &LockClient, url: &str, args: &Args, phase: Duration) -> AnyResult<()> {
     let bare = Router::new().route("/resources/{id}", put(|| async { "updated\n" }));
     let locked = Router::new()
         .route("/resources/{id}", put(|| async { "updated\n" }))
@@ -119,14 +168,25 @@ async fn load(client: &LockClient, args: &Args, phase: Duration) -> AnyResult<()
             })
             .respond_with_status(),
         );
-    let bare_addr = serve(bare).await?;
-    let locked_addr = serve(locked).await?;
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let clock = (server_micros(&mut conn).await?, Instant::now());
+    let raw = Router::new()
+        .route("/resources/{id}", put(raw_update))
+        .with_state(Raw {
+            conn,
+            prefix: format!("{}-raw", client.key_prefix()).into(),
+            clock,
+        });
+    let addrs = [
+        ("without a lock", serve(bare).await?),
+        ("with the lock layer", serve(locked).await?),
+        ("raw scripts", serve(raw).await?),
+    ];
     let mut rows = Vec::new();
     for round in 0..3 {
-        for (label, addr) in [
-            ("without the layer", bare_addr),
-            ("with the lock layer", locked_addr),
-        ] {
+        for (label, addr) in addrs {
             let rate = hammer(addr, args.connections, phase).await?;
             println!("round {round}: {label:<20} {rate:>8.0} requests/s");
             rows.push((label, rate));
@@ -137,10 +197,17 @@ async fn load(client: &LockClient, args: &Args, phase: Duration) -> AnyResult<()
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (without, with) = (median("without the layer"), median("with the lock layer"));
+    let (without, with, raw) = (
+        median("without a lock"),
+        median("with the lock layer"),
+        median("raw scripts"),
+    );
     println!(
-        "median of 3: {without:.0} requests/s without the layer, {with:.0} with it ({:.0}%), {} connections, distinct keys",
+        "median of 3: {without:.0} requests/s without a lock, {with:.0} under the lock layer \
+         ({:.0}% of it), {raw:.0} with the raw scripts in the handler (the layer: {:.0}% of \
+         that), {} connections, distinct keys",
         100.0 * with / without,
+        100.0 * with / raw,
         args.connections
     );
     if args.json {
@@ -151,7 +218,9 @@ async fn load(client: &LockClient, args: &Args, phase: Duration) -> AnyResult<()
                 "seconds_per_round": phase.as_secs_f64(),
                 "without_layer_rps": without,
                 "with_layer_rps": with,
+                "raw_scripts_rps": raw,
                 "ratio": with / without,
+                "layer_over_raw": with / raw,
             })
         );
     }

@@ -213,6 +213,24 @@ pub async fn raw_mutex_acquire(
         .await
 }
 
+/// One call of `mutex_release` by hand: releases one hold of `owner` on `lock`. The reply's
+/// status (`1` still held, `2` freed, `0` not held).
+pub async fn raw_mutex_release(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+    owner: &str,
+) -> redis::RedisResult<i64> {
+    static RELEASE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
+    let reply: Vec<i64> = RELEASE
+        .key(lock)
+        .arg(owner)
+        .arg(format!("{lock}:wake"))
+        .invoke_async(conn)
+        .await?;
+    Ok(reply.first().copied().unwrap_or_default())
+}
+
 /// The minimal correct lock, the floor every library is measured against: `SET key token NX PX`
 /// to acquire, a Lua compare-and-delete by `EVALSHA` to release (no re-entry, no fencing, no
 /// wake-up), `tasks` tasks on distinct names sharing one multiplexed connection (from a pool of

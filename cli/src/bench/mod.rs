@@ -105,9 +105,10 @@ impl Bench {
         {
             for &tasks in &plan.contended_tasks {
                 for cs in [Duration::ZERO, Duration::from_millis(1)] {
-                    jobs.push(Job::Contended(entry, tasks, cs));
+                    jobs.push(Job::Contended(entry, tasks, 1, cs));
                 }
             }
+            jobs.push(Job::Contended(entry, 16, 4, Duration::ZERO));
         }
         jobs.extend(
             self.entries
@@ -274,8 +275,8 @@ impl Bench {
                     }
                     Job::Uncontended(entry, tasks) => uncontended(entry, tasks, plan.phase).await,
                     Job::Handoff(entry) => handoff(entry, plan).await,
-                    Job::Contended(entry, tasks, cs) => {
-                        contended(entry, conn, tasks, cs, plan).await
+                    Job::Contended(entry, tasks, clients, cs) => {
+                        contended(entry, conn, tasks, clients, cs, plan).await
                     }
                     Job::RemoteWaiter(entry, tasks) => {
                         remote_waiter(entry, conn, tasks, plan).await

@@ -112,7 +112,8 @@ pub(crate) enum Job<'a> {
     Minimal(usize),
     Uncontended(&'a Entry, usize),
     Handoff(&'a Entry),
-    Contended(&'a Entry, usize, Duration),
+    /// Tasks over clients, with a critical section.
+    Contended(&'a Entry, usize, usize, Duration),
     /// Tasks of one client looping on one name, and a waiter in another client.
     RemoteWaiter(&'a Entry, usize),
     Idle(&'a Entry),
@@ -137,8 +138,8 @@ impl Job<'_> {
             }
             Job::Uncontended(e, tasks) => format!("uncontended: {} x{tasks}", e.name),
             Job::Handoff(e) => format!("hand-off: {}", e.name),
-            Job::Contended(e, tasks, cs) => format!(
-                "contended: {} x{tasks}, {} ms critical section",
+            Job::Contended(e, tasks, clients, cs) => format!(
+                "contended: {} x{tasks} over {clients} client(s), {} ms critical section",
                 e.name,
                 cs.as_millis()
             ),

@@ -8,13 +8,15 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Default)]
 pub struct Record {
     /// The scenario: `raw`, `uncontended`, `handoff`, `contended`, `contended-1ms`,
-    /// `remote-waiter`, `idle`,
+    /// `contended-clients`, `remote-waiter`, `idle`,
     /// `semaphore` or `watchdog`.
     pub scenario: &'static str,
     /// The library configuration (`redlatch-mutex`, `rslock-tuned`...).
     pub library: &'static str,
     /// Tasks (waiters, guards) taking part.
     pub tasks: usize,
+    /// Clients the tasks are spread over (the contended scenarios).
+    pub clients: Option<f64>,
     /// The scenario's main figure per second (cycles, acquisitions, requests or renewals).
     pub ops_per_s: f64,
     /// Hand-off latency, µs: median.
@@ -59,6 +61,7 @@ impl Record {
             "scenario": self.scenario,
             "library": self.library,
             "tasks": self.tasks,
+            "clients": self.clients.map(|n| n.round() as u64),
             "ops_per_s": self.ops_per_s,
             "p50_us": self.p50_us,
             "p99_us": self.p99_us,
@@ -170,6 +173,10 @@ pub(crate) fn print_table(records: &[Record]) {
         ),
         ("contended-1ms", "the same with a 1 ms critical section"),
         (
+            "contended-clients",
+            "tasks over 4 clients looping on one name, empty critical section",
+        ),
+        (
             "remote-waiter",
             "tasks of one client looping on one name, and a waiter in another client taking it \
              1 ms after each of its releases: its waits",
@@ -236,7 +243,7 @@ pub(crate) fn print_table(records: &[Record]) {
                     );
                 }
             }
-            "contended" | "contended-1ms" => {
+            "contended" | "contended-1ms" | "contended-clients" => {
                 println!(
                     "  {:<20} {:>6} {:>10} {:>8} {:>12} {:>7} {:>9}",
                     "library", "tasks", "acq/s", "re-take", "longest ms", "Jain", "req/acq"

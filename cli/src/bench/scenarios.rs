@@ -112,20 +112,25 @@ pub(crate) async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
     })
 }
 
-/// `tasks` tasks of one client looping on one name, measured for a phase after a warm-up
-/// ([`contended_run`]).
+/// `tasks` tasks spread over `clients` clients (round robin) looping on one name, measured for
+/// a phase after a warm-up ([`contended_run`]). One client: scenario `contended` (or
+/// `contended-1ms` with a critical section); more: `contended-clients`.
 pub(crate) async fn contended(
     entry: &Entry,
     conn: &mut MultiplexedConnection,
     tasks: usize,
+    clients: usize,
     critical: Duration,
     plan: &Plan,
 ) -> AnyResult<Record> {
-    let lib = (entry.connect)().await?;
+    let mut libs = Vec::new();
+    for _ in 0..clients.max(1) {
+        libs.push((entry.connect)().await?);
+    }
     let name = format!("c{}", fastrand::u32(..));
     let mut contenders = Vec::new();
-    for _ in 0..tasks {
-        contenders.push(lib.contender(&name, None).await?);
+    for t in 0..tasks {
+        contenders.push(libs[t % libs.len()].contender(&name, None).await?);
     }
     let run = contended_run(
         conn,
@@ -136,15 +141,16 @@ pub(crate) async fn contended(
         &entry.script_commands,
     )
     .await?;
-    drop(lib);
+    drop(libs);
     Ok(Record {
-        scenario: if critical.is_zero() {
-            "contended"
-        } else {
-            "contended-1ms"
+        scenario: match (clients > 1, critical.is_zero()) {
+            (true, _) => "contended-clients",
+            (false, true) => "contended",
+            (false, false) => "contended-1ms",
         },
         library: entry.name,
         tasks,
+        clients: Some(clients as f64),
         ops_per_s: run.per_s,
         max_wait_ms: Some(run.max_wait.as_secs_f64() * 1000.0),
         jain: Some(run.jain),
