@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use deadpool_redis::Pool;
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::{AsyncPushSender, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, ProtocolVersion};
 use tokio::sync::watch;
 
 use super::script::{Publish, Script};
@@ -63,13 +64,21 @@ impl Source {
         Ok(conn)
     }
 
-    /// A subscription connection.
-    pub(crate) async fn pubsub(&self) -> redis::RedisResult<PubSub> {
-        match self {
-            Self::Fixed { server, .. } => server.get_async_pubsub().await,
+    /// A subscription connection: RESP3, whatever the address says, so that what the server
+    /// pushes (messages, and the connection's end) goes to `pusher` as the reader reads it.
+    pub(crate) async fn push_connection(
+        &self,
+        pusher: impl AsyncPushSender,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let client = match self {
+            Self::Fixed { server, .. } => resp3(server)?,
             #[cfg(feature = "sentinel")]
-            Self::Sentinel(master) => master.client().await?.get_async_pubsub().await,
-        }
+            Self::Sentinel(master) => resp3(&master.client().await?)?,
+        };
+        let config = AsyncConnectionConfig::new().set_push_sender(pusher);
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
     }
 
     /// How many times the server has changed (0 for a fixed address): a connection made at
@@ -92,4 +101,14 @@ impl Source {
             Self::Sentinel(master) => Some(master.moves()),
         }
     }
+}
+
+/// `client`'s address and settings, over RESP3.
+fn resp3(client: &redis::Client) -> redis::RedisResult<redis::Client> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings))
 }

@@ -2,7 +2,9 @@
 //!
 //! The task owns the connection and nothing else: which channels are wanted, and what a
 //! message means, belong to its [`Listener`] (the client's waiter registry), which it tells of
-//! every message, confirmation and disconnection. After a reconnection it subscribes again to
+//! every confirmation and disconnection. Messages reach the listener straight from the
+//! connection's reader (a RESP3 connection's push sender, [`Pusher`]), with no task in between:
+//! from the socket to the waiter's wake-up is one task switch. After a reconnection it subscribes again to
 //! every channel the listener still wants; anything released meanwhile went unheard, which the
 //! listener answers by waking its waiters. When its [`Source`] announces a new server (a
 //! Sentinel failover), it moves there at once.
@@ -10,7 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use redis::aio::{AsyncPushSender, SendError};
+use redis::{Msg, PushInfo, PushKind};
 use tokio::sync::{mpsc, watch};
 
 use super::source::Source;
@@ -103,12 +106,17 @@ async fn run(
         if let Some(moves) = &mut moves {
             moves.mark_unchanged();
         }
+        let (down, mut lost) = mpsc::unbounded_channel();
+        let pusher = Pusher {
+            listener: Arc::clone(&listener),
+            down,
+        };
         let conn = tokio::select! {
             _ = shutdown.changed() => return,
-            conn = source.pubsub() => conn,
+            conn = source.push_connection(pusher) => conn,
         };
-        let (mut sink, mut stream) = match conn {
-            Ok(conn) => conn.split(),
+        let mut conn = match conn {
+            Ok(conn) => conn,
             Err(err) => {
                 tracing::debug!(error = %err, "wake-up subscription unavailable, waiters poll");
                 tokio::select! {
@@ -120,7 +128,7 @@ async fn run(
             }
         };
         let names = listener.channels();
-        if !names.is_empty() && sink.subscribe(&names).await.is_err() {
+        if !names.is_empty() && conn.subscribe(&names).await.is_err() {
             continue;
         }
         retry = Duration::from_millis(10);
@@ -131,14 +139,11 @@ async fn run(
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
-                msg = stream.next() => match msg {
-                    Some(msg) => listener.message(msg.get_channel_name(), msg.get_payload_bytes()),
-                    None => break,
-                },
+                _ = lost.recv() => break,
                 name = requests.recv() => {
                     let Some(name) = name else { return };
                     if listener.wants(&name) {
-                        if sink.subscribe(&name).await.is_err() {
+                        if conn.subscribe(&name).await.is_err() {
                             break;
                         }
                         listener.subscribed(&name);
@@ -146,7 +151,7 @@ async fn run(
                 }
                 _ = sweep.tick() => {
                     let idle = listener.idle();
-                    if !idle.is_empty() && sink.unsubscribe(&idle).await.is_err() {
+                    if !idle.is_empty() && conn.unsubscribe(&idle).await.is_err() {
                         break;
                     }
                 }
@@ -158,6 +163,32 @@ async fn run(
         }
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         listener.disconnected();
+    }
+}
+
+/// What the connection's reader does with what the server pushes: a message goes to the
+/// listener at once, in the reader's task; the connection's end is told to the subscription
+/// task, which connects again.
+struct Pusher {
+    listener: Arc<dyn Listener>,
+    down: mpsc::UnboundedSender<()>,
+}
+
+impl AsyncPushSender for Pusher {
+    fn send(&self, info: PushInfo) -> Result<(), SendError> {
+        match info.kind {
+            PushKind::Disconnection => {
+                let _ = self.down.send(());
+            }
+            PushKind::Message => {
+                if let Some(msg) = Msg::from_push_info(info) {
+                    self.listener
+                        .message(msg.get_channel_name(), msg.get_payload_bytes());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 
