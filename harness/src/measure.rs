@@ -155,33 +155,45 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
     // tokens start from it, and the scripts do not read the clock.
     let base = (server_micros(&mut conn).await?, Instant::now());
     let prefix = prefix.to_owned();
+    let floor = move || base.0 + u64::try_from(base.1.elapsed().as_micros()).unwrap_or(0);
+    let cycle = move |mut conn: MultiplexedConnection, lock: String| async move {
+        let owner = uuid::Uuid::new_v4().simple().to_string();
+        let _: redis::Value = ACQUIRE
+            .key(&lock)
+            .key(format!("{lock}:fence"))
+            .arg(&owner)
+            .arg(30_000)
+            .arg(60_000)
+            .arg("new")
+            .arg("-")
+            .arg(floor())
+            .invoke_async(&mut conn)
+            .await?;
+        let _: redis::Value = RELEASE
+            .key(&lock)
+            .arg(&owner)
+            .arg(format!("{lock}:wake"))
+            .invoke_async(&mut conn)
+            .await?;
+        Ok::<(), Box<dyn Error + Send + Sync>>(())
+    };
+    // Names in use, as the library's uncontended scenario has them.
+    for task in 0..tasks {
+        cycle(conn.clone(), format!("{prefix}:{{raw-{task}}}")).await?;
+    }
+    tokio::time::sleep(WARM_NAMES).await;
     loop_tasks(tasks, phase, move |task| {
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         let lock = format!("{prefix}:{{raw-{task}}}");
-        Box::pin(async move {
-            let owner = uuid::Uuid::new_v4().simple().to_string();
-            let _: redis::Value = ACQUIRE
-                .key(&lock)
-                .key(format!("{lock}:fence"))
-                .arg(&owner)
-                .arg(30_000)
-                .arg(60_000)
-                .arg("new")
-                .arg("-")
-                .arg(base.0 + u64::try_from(base.1.elapsed().as_micros()).unwrap_or(0))
-                .invoke_async(&mut conn)
-                .await?;
-            let _: redis::Value = RELEASE
-                .key(&lock)
-                .arg(&owner)
-                .arg(format!("{lock}:wake"))
-                .invoke_async(&mut conn)
-                .await?;
-            Ok(())
-        })
+        Box::pin(cycle(conn, lock))
     })
     .await
 }
+
+/// How long the uncontended scenarios wait after taking each name once: more than the second
+/// in which a name's new fencing counter runs ahead of the server clock (a fresh token then
+/// costs a second write), so that they measure names in use.
+pub const WARM_NAMES: Duration = Duration::from_millis(1_100);
 
 /// The server's clock (`TIME`) in µs.
 pub async fn server_micros(conn: &mut MultiplexedConnection) -> redis::RedisResult<u64> {

@@ -9,23 +9,30 @@ use deadpool_redis::{Config, Runtime};
 use redis::aio::MultiplexedConnection;
 use redlatch::LockClient;
 use redlatch_harness::measure::{
-    AnyResult, LUA, commandstats, contended_run, handoff_run, loop_tasks, process_cpu, requests,
-    script_commands,
+    AnyResult, LUA, WARM_NAMES, commandstats, contended_run, handoff_run, loop_tasks, process_cpu,
+    requests, script_commands,
 };
 
 use super::library::{Contender, Entry};
 use super::plan::Plan;
 use super::report::Record;
 
-/// `tasks` tasks of one client, each on a name of its own: lock and release in a loop.
+/// `tasks` tasks of one client, each on a name of its own: lock and release in a loop, on
+/// names in use (taken once, [`WARM_NAMES`] before).
 pub(crate) async fn uncontended(entry: &Entry, tasks: usize, phase: Duration) -> AnyResult<Record> {
     let lib = (entry.connect)().await?;
     let run = format!("u{}", fastrand::u32(..));
-    let mut contenders = Vec::new();
+    let mut contenders: Vec<Arc<dyn Contender>> = Vec::new();
     for t in 0..tasks {
         contenders.push(Arc::from(lib.contender(&format!("{run}-{t}"), None).await?));
     }
-    let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
+    // Names in use: each taken once, then a pause of more than a second, the window in which
+    // a name's new fencing counter makes a fresh token cost a second write.
+    for c in &contenders {
+        c.lock().await?.release().await?;
+    }
+    tokio::time::sleep(WARM_NAMES).await;
+    let contenders = Arc::new(contenders);
     let ops = loop_tasks(tasks, phase, move |task| {
         let c = Arc::clone(&contenders[task]);
         Box::pin(async move { c.lock().await?.release().await })
