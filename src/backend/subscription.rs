@@ -4,10 +4,10 @@
 //! message means, belong to its [`Listener`] (the client's waiter registry), which it tells of
 //! every confirmation and disconnection. Messages reach the listener straight from the
 //! connection's reader (a RESP3 connection's push sender, [`Pusher`]), with no task in between:
-//! from the socket to the waiter's wake-up is one task switch. After a reconnection it subscribes again to
-//! every channel the listener still wants; anything released meanwhile went unheard, which the
-//! listener answers by waking its waiters. When its [`Source`] announces a new server (a
-//! Sentinel failover), it moves there at once.
+//! from the socket to the waiter's wake-up is one task switch. After a reconnection it
+//! subscribes again to every channel the listener still wants; anything released meanwhile went
+//! unheard, which the listener answers by waking its waiters. When its [`Source`] announces a
+//! new server (a Sentinel failover), it moves there at once.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -215,8 +215,6 @@ impl Lease {
         &self.hold
     }
 
-    /// Stops watching and hands the hold to the caller, who releases it (or knows Redis let it
-    /// go already).
     /// The same hold in a lease of its own, for the next local holder (local hand-off): this
     /// one no longer releases it, and the watchdog goes on renewing it.
     pub(crate) fn relay(&mut self) -> Lease {
@@ -228,6 +226,8 @@ impl Lease {
         }
     }
 
+    /// Stops watching and hands the hold to the caller, who releases it (or knows Redis let it
+    /// go already).
     pub(crate) fn disarm(mut self) -> Arc<Hold> {
         self.end()
     }
