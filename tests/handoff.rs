@@ -51,6 +51,15 @@ async fn take_turns(
     tokens.lock().unwrap().clone()
 }
 
+/// A task of this client waiting for `mutex`: on the tests' single-threaded runtime it runs up
+/// to its wait before this returns.
+async fn queued(mutex: &redlatch::Mutex) -> tokio::task::JoinHandle<MutexGuard> {
+    let mutex = mutex.clone();
+    let waiter = tokio::spawn(async move { mutex.lock().await.unwrap() });
+    tokio::task::yield_now().await;
+    waiter
+}
+
 async fn counted(redis: &TestRedis, key: &str) -> u64 {
     let mut conn = redis.conn().await;
     redis::cmd("GET")
@@ -97,12 +106,7 @@ async fn a_pass_keeps_the_owner_in_redis_and_a_read_owner_is_not_passed() {
         let client = redis.client();
         let mutex = client.mutex("owner").unwrap();
         let first = mutex.lock().await.unwrap();
-        let waiter = {
-            let mutex = mutex.clone();
-            tokio::spawn(async move { mutex.lock().await.unwrap() })
-        };
-        // On this single-threaded runtime the waiter runs up to its wait before we go on.
-        tokio::task::yield_now().await;
+        let waiter = queued(&mutex).await;
         let fence = first.fencing_token();
         first.unlock().await.unwrap();
         let second = waiter.await.unwrap();
@@ -113,11 +117,7 @@ async fn a_pass_keeps_the_owner_in_redis_and_a_read_owner_is_not_passed() {
         assert_eq!(snapshot.holders[0].id, second.owner().short_id());
         // Its owner was read: the next waiter takes the lock in Redis, as a new owner.
         let read = *second.owner();
-        let waiter = {
-            let mutex = mutex.clone();
-            tokio::spawn(async move { mutex.lock().await.unwrap() })
-        };
-        tokio::task::yield_now().await;
+        let waiter = queued(&mutex).await;
         let fence = second.fencing_token();
         second.unlock().await.unwrap();
         let third = waiter.await.unwrap();
@@ -255,11 +255,7 @@ async fn a_lost_hold_lets_local_waiters_take_the_lock_in_redis() {
             .unwrap();
         let mutex = client.mutex("lost").unwrap();
         let holder = mutex.lock().await.unwrap();
-        let waiter = {
-            let mutex = mutex.clone();
-            tokio::spawn(async move { mutex.lock().await.unwrap() })
-        };
-        tokio::task::yield_now().await;
+        let waiter = queued(&mutex).await;
         // The hold disappears from Redis; the holder keeps its guard.
         let mut conn = redis.conn().await;
         let _: () = redis::cmd("DEL")
@@ -290,11 +286,7 @@ async fn off_every_acquisition_goes_to_redis() {
             .unwrap();
         let mutex = client.mutex("off").unwrap();
         let first = mutex.lock().await.unwrap();
-        let waiter = {
-            let mutex = mutex.clone();
-            tokio::spawn(async move { mutex.lock().await.unwrap() })
-        };
-        tokio::task::yield_now().await;
+        let waiter = queued(&mutex).await;
         let before = redis.calls("evalsha").await;
         first.unlock().await.unwrap();
         let second = waiter.await.unwrap();

@@ -141,14 +141,17 @@ impl Waits {
     }
 }
 
+/// `mutex_acquire` and `mutex_release` as this version's clients send them, for the raw loops
+/// and the calls by hand below.
+static ACQUIRE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
+static RELEASE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
+
 /// The physical reference: redlatch's mutex scripts by EVALSHA, `tasks` tasks on distinct
 /// names sharing one multiplexed connection (from a pool of its own, not the library's), with
 /// no library logic at all.
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
-    static ACQUIRE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
-    static RELEASE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
     let mut conn = deadpool_redis::Connection::take(pool.get().await?);
     // The server's clock, read once and moved on by ours, as the library's estimate is: fresh
@@ -210,8 +213,6 @@ pub async fn raw_mutex_acquire(
     owner: &str,
     floor: u64,
 ) -> redis::RedisResult<Vec<String>> {
-    static ACQUIRE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
     ACQUIRE
         .key(lock)
         .key(format!("{lock}:fence"))
@@ -232,8 +233,6 @@ pub async fn raw_mutex_release(
     lock: &str,
     owner: &str,
 ) -> redis::RedisResult<i64> {
-    static RELEASE: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
     let reply: Vec<i64> = RELEASE
         .key(lock)
         .arg(owner)
@@ -253,12 +252,13 @@ pub async fn minimal_cycles(
     tasks: usize,
     phase: Duration,
 ) -> AnyResult<f64> {
-    static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-        redis::Script::new(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) \
+    static COMPARE_AND_DELETE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| {
+            redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) \
              else return 0 end",
-        )
-    });
+            )
+        });
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
     let conn = deadpool_redis::Connection::take(pool.get().await?);
     let prefix = prefix.to_owned();
@@ -278,7 +278,7 @@ pub async fn minimal_cycles(
             if set.is_none() {
                 return Err(format!("{lock} was not free").into());
             }
-            let released: i64 = RELEASE
+            let released: i64 = COMPARE_AND_DELETE
                 .key(&lock)
                 .arg(&owner)
                 .invoke_async(&mut conn)
