@@ -253,6 +253,7 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
         // The release a network retry would send twice, run by hand.
         let script = redis::Script::new(concat!(
             "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../lua/v1/queue_release_fast.lua"),
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_release.lua")
@@ -290,6 +291,7 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         // A permit granted twice to one new owner (the first answer "lost").
         let acquire = redis::Script::new(concat!(
             "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../lua/v1/queue_acquire_fast.lua"),
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_acquire.lua")
@@ -346,6 +348,7 @@ async fn raw_queue_acquire(
 ) -> redis::Value {
     let script = redis::Script::new(concat!(
         "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../lua/v1/queue_acquire_fast.lua"),
         include_str!("../lua/v1/keys_lib.lua"),
         include_str!("../lua/v1/queue_lib.lua"),
         include_str!("../lua/v1/queue_acquire.lua")
@@ -406,6 +409,7 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
         support::until(|| async { redis.queued(&client, "handed").await == 2 }).await;
         let release = redis::Script::new(concat!(
             "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../lua/v1/queue_release_fast.lua"),
             include_str!("../lua/v1/keys_lib.lua"),
             include_str!("../lua/v1/queue_lib.lua"),
             include_str!("../lua/v1/queue_release.lua")

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! redlatch bench [--quick] [--cluster] [--redlock] [--replicas] # the benchmark, own redis-server
+//! redlatch bench --scripts [--quick]   # µs per script call inside Redis, own redis-server
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
@@ -66,6 +67,11 @@ enum Command {
         /// the tool's own.
         #[arg(long)]
         replicas: bool,
+        /// Profile the scripts instead: each primitive's acquire and release script, µs per
+        /// call inside Redis (from the slow log), on a server of the tool's own; writes
+        /// `scripts.json`.
+        #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster"])]
+        scripts: bool,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
@@ -142,7 +148,29 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             handoff_hold_ms,
             redlock,
             replicas,
+            scripts,
         } => {
+            if scripts {
+                if cli.url.is_some() {
+                    return Err(
+                        "--scripts changes the server's slow-log settings: it runs on \
+                         a server of its own (leave out --url and REDIS_URL)"
+                            .into(),
+                    );
+                }
+                let (server, url) = server::try_named_or_own(None)?;
+                let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
+                let entries = bench::redlatch_entries(&url, &prefix);
+                let names = if quick { 500 } else { 3_000 };
+                let report = bench::profile_scripts(&url, &prefix, &entries, names).await?;
+                std::fs::create_dir_all(&out)?;
+                std::fs::write(
+                    out.join("scripts.json"),
+                    serde_json::to_string_pretty(&report)?,
+                )?;
+                drop(server);
+                return Ok(ExitCode::SUCCESS);
+            }
             let (server, url) = server::try_named_or_own(cli.url.clone())?;
             let own_server = server.is_some();
             if !own_server {

@@ -337,6 +337,7 @@ impl Worker {
     async fn release_permit_again(&self, permit: &str) -> String {
         let script = redis::Script::new(concat!(
             "local PUBLISH = 'PUBLISH'\n",
+            include_str!("../../lua/v1/queue_release_fast.lua"),
             include_str!("../../lua/v1/keys_lib.lua"),
             include_str!("../../lua/v1/queue_lib.lua"),
             include_str!("../../lua/v1/queue_release.lua")

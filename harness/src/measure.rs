@@ -55,7 +55,9 @@ pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/mutex_extend.lua"),
     include_str!("../../lua/v1/keys_lib.lua"),
     include_str!("../../lua/v1/queue_lib.lua"),
+    include_str!("../../lua/v1/queue_acquire_fast.lua"),
     include_str!("../../lua/v1/queue_acquire.lua"),
+    include_str!("../../lua/v1/queue_release_fast.lua"),
     include_str!("../../lua/v1/queue_release.lua"),
     include_str!("../../lua/v1/queue_extend.lua"),
     include_str!("../../lua/v1/inspect.lua"),
@@ -252,6 +254,48 @@ pub async fn minimal_cycles(
     tasks: usize,
     phase: Duration,
 ) -> AnyResult<f64> {
+    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
+    let conn = deadpool_redis::Connection::take(pool.get().await?);
+    let prefix = prefix.to_owned();
+    loop_tasks(tasks, phase, move |task| {
+        let mut conn = conn.clone();
+        let lock = format!("{prefix}:minimal-{task}");
+        Box::pin(async move { minimal_cycle(&mut conn, &lock).await })
+    })
+    .await
+}
+
+/// One cycle of the minimal lock on `lock`: [`minimal_acquire`], then [`minimal_release`].
+pub async fn minimal_cycle(conn: &mut MultiplexedConnection, lock: &str) -> AnyResult<()> {
+    let owner = minimal_acquire(conn, lock).await?;
+    minimal_release(conn, lock, &owner).await
+}
+
+/// The minimal lock's acquire: `SET lock token NX PX 30000`; returns the token. An error if
+/// the lock was not free.
+pub async fn minimal_acquire(conn: &mut MultiplexedConnection, lock: &str) -> AnyResult<String> {
+    let owner = uuid::Uuid::new_v4().simple().to_string();
+    let set: Option<String> = redis::cmd("SET")
+        .arg(lock)
+        .arg(&owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await?;
+    if set.is_none() {
+        return Err(format!("{lock} was not free").into());
+    }
+    Ok(owner)
+}
+
+/// The minimal lock's release: a Lua compare-and-delete of `owner`'s hold. An error if it did
+/// not hold the lock.
+pub async fn minimal_release(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+    owner: &str,
+) -> AnyResult<()> {
     static COMPARE_AND_DELETE: std::sync::LazyLock<redis::Script> =
         std::sync::LazyLock::new(|| {
             redis::Script::new(
@@ -259,37 +303,15 @@ pub async fn minimal_cycles(
              else return 0 end",
             )
         });
-    let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
-    let conn = deadpool_redis::Connection::take(pool.get().await?);
-    let prefix = prefix.to_owned();
-    loop_tasks(tasks, phase, move |task| {
-        let mut conn = conn.clone();
-        let lock = format!("{prefix}:minimal-{task}");
-        Box::pin(async move {
-            let owner = uuid::Uuid::new_v4().simple().to_string();
-            let set: Option<String> = redis::cmd("SET")
-                .arg(&lock)
-                .arg(&owner)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut conn)
-                .await?;
-            if set.is_none() {
-                return Err(format!("{lock} was not free").into());
-            }
-            let released: i64 = COMPARE_AND_DELETE
-                .key(&lock)
-                .arg(&owner)
-                .invoke_async(&mut conn)
-                .await?;
-            if released != 1 {
-                return Err(format!("{lock} was not released").into());
-            }
-            Ok(())
-        })
-    })
-    .await
+    let released: i64 = COMPARE_AND_DELETE
+        .key(lock)
+        .arg(owner)
+        .invoke_async(conn)
+        .await?;
+    if released != 1 {
+        return Err(format!("{lock} was not released").into());
+    }
+    Ok(())
 }
 
 /// Commands the server ran between two snapshots, those scripts ran included (a script call
@@ -300,6 +322,18 @@ pub fn server_commands(before: &HashMap<String, u64>, after: &HashMap<String, u6
 
 /// `INFO commandstats` as command → calls.
 pub async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap<String, u64>> {
+    Ok(command_times(conn)
+        .await?
+        .into_iter()
+        .map(|(name, (calls, _))| (name, calls))
+        .collect())
+}
+
+/// `INFO commandstats` as command → (calls, µs spent in them). A script's time includes the
+/// commands it ran, which are counted on their own too.
+pub async fn command_times(
+    conn: &mut MultiplexedConnection,
+) -> AnyResult<HashMap<String, (u64, u64)>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -309,13 +343,14 @@ pub async fn commandstats(conn: &mut MultiplexedConnection) -> AnyResult<HashMap
         .filter_map(|l| {
             let rest = l.strip_prefix("cmdstat_")?;
             let (name, stats) = rest.split_once(':')?;
-            let calls = stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
+            let field = |key: &str| -> Option<u64> {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls")?, field("usec")?)))
         })
         .collect())
 }

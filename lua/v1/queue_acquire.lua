@@ -3,7 +3,8 @@
 -- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..3])
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
--- KEYS[4]: fence key  <prefix>:{<name>}:fence     last fencing token issued while idle
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence     the last fencing token, or an older one than
+--                                                ~fence (see queue_acquire_fast)
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (permits)
 -- ARGV[3]: owner token

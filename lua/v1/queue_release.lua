@@ -3,7 +3,8 @@
 -- KEYS[1]: meta hash  <prefix>:{<name>}           (see queue_lib for KEYS[1..3])
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
--- KEYS[4]: fence key  <prefix>:{<name>}:fence     (written when the name goes idle)
+-- KEYS[4]: fence key  <prefix>:{<name>}:fence     (written when the name goes idle with a
+--                                                newer token in ~fence)
 -- ARGV[1]: layout tag
 -- ARGV[2]: op: x (fair mutex), r (read), w (write), s (a permit: all its units), q (leave the
 --          queue: a waiter gave up; if a hand-over already gave its owner a hold that nobody

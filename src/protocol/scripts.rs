@@ -63,12 +63,14 @@ script!(
 );
 script!(
     once QUEUE_ACQUIRE,
+    "queue_acquire_fast.lua",
     "keys_lib.lua",
     "queue_lib.lua",
     "queue_acquire.lua"
 );
 script!(
     once QUEUE_RELEASE,
+    "queue_release_fast.lua",
     "keys_lib.lua",
     "queue_lib.lua",
     "queue_release.lua"
@@ -135,13 +137,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "0a896c2a5d73fb521948bb2a30ed171fe0881728",
-                "3529c6487239b8e942f7690c59b5574045c17189",
+                "81d773546eaa242fd4b98e5fdb63ca1a8fe2d6b5",
+                "3a2352549d8013b9de524467d26a20f1c36ac7a1",
             ),
             (
                 &*QUEUE_RELEASE,
-                "95d83b4f748d88de94b75cd1c09ace0d41aeec14",
-                "1910b0c2fc8d66cf1bb09ec76d41ab71e72a6e16",
+                "1c21211bb22d4f579cf18062757226002d2d0dc7",
+                "d5f8ab88b4c00c080951798a9299b30542abbca1",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -58,6 +58,10 @@ pub enum Primitive {
     Fair,
     /// A semaphore of this many permits; each acquisition takes one.
     Semaphore(u32),
+    /// `RwLock`, read holds.
+    Read,
+    /// `RwLock`, write holds.
+    Write,
 }
 
 impl std::fmt::Debug for Entry {
@@ -99,12 +103,15 @@ pub fn redlatch_entry(name: &'static str, url: &str, prefix: &str, primitive: Pr
     }
 }
 
-/// redlatch's entries: the mutex, the fair mutex and a semaphore of one permit.
+/// redlatch's entries: the mutex, the fair mutex, a semaphore of one permit, and the
+/// read-write lock's write and read holds.
 pub fn redlatch_entries(url: &str, prefix: &str) -> Vec<Entry> {
     vec![
         redlatch_entry("redlatch-mutex", url, prefix, Primitive::Mutex),
         redlatch_entry("redlatch-fair", url, prefix, Primitive::Fair),
         redlatch_entry("redlatch-semaphore", url, prefix, Primitive::Semaphore(1)),
+        redlatch_entry("redlatch-rwlock-write", url, prefix, Primitive::Write),
+        redlatch_entry("redlatch-rwlock-read", url, prefix, Primitive::Read),
     ]
 }
 
@@ -112,6 +119,8 @@ enum RedlatchHandle {
     Mutex(redlatch::Mutex),
     Fair(redlatch::FairMutex),
     Semaphore(redlatch::Semaphore),
+    Read(redlatch::RwLock),
+    Write(redlatch::RwLock),
 }
 
 impl Library for Redlatch {
@@ -136,6 +145,14 @@ impl Library for Redlatch {
                 (Primitive::Semaphore(n), Some(l)) => {
                     RedlatchHandle::Semaphore(self.client.semaphore(name, n)?.with_lease(l)?)
                 }
+                (Primitive::Read, None) => RedlatchHandle::Read(self.client.rwlock(name)?),
+                (Primitive::Read, Some(l)) => {
+                    RedlatchHandle::Read(self.client.rwlock(name)?.with_lease(l)?)
+                }
+                (Primitive::Write, None) => RedlatchHandle::Write(self.client.rwlock(name)?),
+                (Primitive::Write, Some(l)) => {
+                    RedlatchHandle::Write(self.client.rwlock(name)?.with_lease(l)?)
+                }
             };
             Ok(Box::new(handle) as Box<dyn Contender>)
         })
@@ -149,6 +166,8 @@ impl Contender for RedlatchHandle {
                 Self::Mutex(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
                 Self::Fair(m) => Box::new(m.lock().await?) as Box<dyn Hold>,
                 Self::Semaphore(s) => Box::new(s.acquire().await?) as Box<dyn Hold>,
+                Self::Read(l) => Box::new(l.read().await?) as Box<dyn Hold>,
+                Self::Write(l) => Box::new(l.write().await?) as Box<dyn Hold>,
             })
         })
     }
@@ -163,6 +182,18 @@ impl Hold for redlatch::MutexGuard {
 impl Hold for redlatch::SemaphorePermit {
     fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
         Box::pin(async move { Ok(redlatch::SemaphorePermit::release(*self).await?) })
+    }
+}
+
+impl Hold for redlatch::RwLockReadGuard {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::RwLockReadGuard::unlock(*self).await?) })
+    }
+}
+
+impl Hold for redlatch::RwLockWriteGuard {
+    fn release(self: Box<Self>) -> BoxFut<'static, AnyResult<()>> {
+        Box::pin(async move { Ok(redlatch::RwLockWriteGuard::unlock(*self).await?) })
     }
 }
 

@@ -16,6 +16,7 @@ mod chart;
 mod cluster;
 mod library;
 mod plan;
+mod profile;
 mod redlock;
 mod replicas;
 mod report;
@@ -38,6 +39,7 @@ pub use library::{
     redlatch_entry,
 };
 pub use plan::{Plan, parse_hold_ms};
+pub use profile::profile_scripts;
 pub use redlock::{
     RedlockBed, RedlockRow, RedlockScenario, redlatch_redlock_rows, redlock_peer_row,
 };
@@ -97,7 +99,13 @@ impl Bench {
                     .map(|&t| Job::Uncontended(entry, t)),
             );
         }
-        jobs.extend(self.entries.iter().map(Job::Handoff));
+        // Read holds share: a reader never waits for a reader, so there is no hand-off to time.
+        jobs.extend(
+            self.entries
+                .iter()
+                .filter(|e| e.name != "redlatch-rwlock-read")
+                .map(Job::Handoff),
+        );
         for entry in self
             .entries
             .iter()
@@ -116,7 +124,12 @@ impl Bench {
                 .filter(|e| e.name == "redlatch-mutex")
                 .map(|e| Job::RemoteWaiter(e, 16)),
         );
-        jobs.extend(self.entries.iter().map(Job::Idle));
+        jobs.extend(
+            self.entries
+                .iter()
+                .filter(|e| !e.name.starts_with("redlatch-rwlock"))
+                .map(Job::Idle),
+        );
         jobs.extend([Job::Semaphore, Job::Watchdog]);
         if let Some((_, cluster)) = &self.cluster {
             jobs.extend(self.entries.iter().take(1).map(Job::Latency));

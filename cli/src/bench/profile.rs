@@ -1,0 +1,172 @@
+//! The scripts' cost inside Redis (`redlatch bench --scripts`): for each primitive, and for
+//! the minimal lock, [`IN_FLIGHT`] calls at a time acquire `names` names in use, then release
+//! them (the server busy, as in the uncontended scenario: a lone call on an idle server costs
+//! several times as much); `INFO commandstats` before and after each of the two phases gives the time the server
+//! spent per call (a script's time includes the commands it ran) and the commands it ran per
+//! call (those the scripts ran included).
+//!
+//! It runs on a server of the tool's own only: the figures are the server's totals, which
+//! another client's traffic would spoil.
+
+use std::future::Future;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+
+use redis::aio::MultiplexedConnection;
+use redlatch_harness::measure::{
+    AnyResult, WARM_NAMES, command_times, minimal_acquire, minimal_cycle, minimal_release,
+};
+use serde_json::{Value, json};
+
+use super::library::{Contender, Entry, Hold};
+
+/// One phase's figures: µs the server spent per call, and commands it ran per call.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    us_per_call: f64,
+    commands_per_call: f64,
+}
+
+/// Runs the profile and prints a table: per configuration, the acquire's and the release's
+/// µs per call in the server and commands per call. Returns the figures as JSON.
+///
+/// # Errors
+///
+/// A failed connection, command or lock operation.
+pub async fn profile_scripts(
+    url: &str,
+    prefix: &str,
+    entries: &[Entry],
+    names: u32,
+) -> AnyResult<Value> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut rows: Vec<(String, Phase, Phase)> = Vec::new();
+
+    // The minimal lock: SET NX PX, then the compare-and-delete script.
+    let locks: Vec<String> = (0..names)
+        .map(|i| format!("{prefix}:profile-minimal-{i}"))
+        .collect();
+    let mut own = conn.clone();
+    for lock in &locks {
+        minimal_cycle(&mut own, lock).await?;
+    }
+    tokio::time::sleep(WARM_NAMES).await;
+    let (acquire, owners) = phase(&mut conn, &["set"], names, async {
+        stream::iter(&locks)
+            .map(|lock| {
+                let mut own = own.clone();
+                async move { minimal_acquire(&mut own, lock).await }
+            })
+            .buffered(IN_FLIGHT)
+            .try_collect::<Vec<String>>()
+            .await
+    })
+    .await?;
+    let (release, ()) = phase(&mut conn, SCRIPTS, names, async {
+        stream::iter(locks.iter().zip(&owners))
+            .map(|(lock, owner)| {
+                let mut own = own.clone();
+                async move { minimal_release(&mut own, lock, owner).await }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    })
+    .await?;
+    rows.push(("minimal".to_owned(), acquire, release));
+
+    for entry in entries {
+        let lib = (entry.connect)().await?;
+        let mut contenders: Vec<Box<dyn Contender>> = Vec::new();
+        for i in 0..names {
+            contenders.push(lib.contender(&format!("profile-{i}"), None).await?);
+        }
+        for c in &contenders {
+            c.lock().await?.release().await?;
+        }
+        tokio::time::sleep(WARM_NAMES).await;
+        let (acquire, holds) = phase(&mut conn, SCRIPTS, names, async {
+            stream::iter(&contenders)
+                .map(|c| c.lock())
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<Vec<Box<dyn Hold>>>()
+                .await
+        })
+        .await?;
+        let (release, ()) = phase(&mut conn, SCRIPTS, names, async {
+            stream::iter(holds)
+                .map(Hold::release)
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<()>()
+                .await
+        })
+        .await?;
+        rows.push((entry.name.to_owned(), acquire, release));
+    }
+
+    println!(
+        "{:<24} {:>12} {:>12} {:>12} {:>14} {:>14}",
+        "configuration", "acquire µs", "release µs", "cycle µs", "acquire cmds", "release cmds"
+    );
+    let mut out = Vec::new();
+    for (name, a, r) in &rows {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
+            name,
+            a.us_per_call,
+            r.us_per_call,
+            a.us_per_call + r.us_per_call,
+            a.commands_per_call,
+            r.commands_per_call
+        );
+        out.push(json!({
+            "configuration": name,
+            "acquire_us": a.us_per_call,
+            "release_us": r.us_per_call,
+            "cycle_us": a.us_per_call + r.us_per_call,
+            "acquire_commands": a.commands_per_call,
+            "release_commands": r.commands_per_call,
+        }));
+    }
+    Ok(json!({ "names": names, "rows": out }))
+}
+
+/// Calls in flight at once in each phase.
+pub(super) const IN_FLIGHT: usize = 32;
+
+/// The commands a script call is sent as.
+const SCRIPTS: &[&str] = &["evalsha", "eval"];
+
+/// Runs `work`, `calls` calls of `sent` (the commands the client sends, whose time is the
+/// figure); returns the phase's figures and the work's output.
+async fn phase<T>(
+    conn: &mut MultiplexedConnection,
+    sent: &[&str],
+    calls: u32,
+    work: impl Future<Output = AnyResult<T>>,
+) -> AnyResult<(Phase, T)> {
+    let before = command_times(conn).await?;
+    let out = work.await?;
+    let after = command_times(conn).await?;
+    let delta = |name: &str| -> (u64, u64) {
+        let (c1, u1) = after.get(name).copied().unwrap_or_default();
+        let (c0, u0) = before.get(name).copied().unwrap_or_default();
+        (c1.saturating_sub(c0), u1.saturating_sub(u0))
+    };
+    let us: u64 = sent.iter().map(|name| delta(name).1).sum();
+    let commands: u64 = after
+        .keys()
+        .filter(|name| name.as_str() != "info")
+        .map(|name| delta(name).0)
+        .sum();
+    let calls = f64::from(calls.max(1));
+    Ok((
+        Phase {
+            us_per_call: us as f64 / calls,
+            commands_per_call: commands as f64 / calls,
+        },
+        out,
+    ))
+}

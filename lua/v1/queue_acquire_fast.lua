@@ -1,0 +1,73 @@
+-- name:    queue_acquire_fast
+-- layout:  1 (see queue_acquire)
+-- Runs first in queue_acquire, before keys_lib and queue_lib are loaded: the acquire of an idle
+-- name (no meta hash, no holders, no queue: nobody holds or waits), which writes the state
+-- queue_lib would write, in five calls (EXISTS, TIME, SET ... GET of the fence key, or GET for
+-- a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the holders for a shared hold) and none of the libraries' set-up. Anything else (the name in use, a re-entry
+-- claim, a fence key that is not a counter of ours, a semaphore asked for more than it has)
+-- falls through to the general path, which sees the name exactly as it was.
+-- KEYS[], ARGV[] and replies: those of queue_acquire.
+-- The fence key is written here (`SET ... KEEPTTL GET`, as the plain mutex does), so the meta
+-- hash leaves `~fence` out: queue_lib's `mint` then reads the fence key, and an idle name's
+-- release has no token to write back.
+do
+  local op, units, cap = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
+  if ARGV[10] ~= 'again' and (op ~= 's' or (units and cap and units <= cap))
+      and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then
+    local clock = redis.call('TIME')
+    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local token = string.format('%d', micros)
+    local prev
+    if op == 'r' then
+      -- A read hold takes no token, but a fence key that is not ours is refused all the same.
+      prev = redis.pcall('GET', KEYS[4])
+      if type(prev) == 'table' or (prev and not tonumber(prev)) then prev = nil end
+    else
+      prev = redis.pcall('SET', KEYS[4], token, 'KEEPTTL', 'GET')
+      if type(prev) == 'table' then
+        -- Not a string (foreign data: the general path refuses it), or a failure the
+        -- general path meets again.
+        prev = nil
+      elseif prev and not tonumber(prev) then
+        -- Not a counter of ours: put back as it was, for the general path to refuse.
+        redis.call('SET', KEYS[4], prev, 'KEEPTTL')
+        prev = nil
+      elseif not prev then
+        -- A new counter: it lives for the fence key's lifetime from now.
+        redis.call('PEXPIRE', KEYS[4], ARGV[8])
+      elseif tonumber(prev) >= micros then
+        token = string.format('%d', tonumber(prev) + 1)
+        redis.call('SET', KEYS[4], token, 'KEEPTTL')
+      end
+    end
+    if prev ~= nil then
+      local owner = ARGV[3]
+      local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+      local ends = now + tonumber(ARGV[6])
+      local at = (math.floor(ends / 1000) + 1) * 1000
+      local fields = {'~layout', ARGV[1], '~cap', cap or 0, '~next', ends, '~exp', at}
+      local reply
+      if op == 'x' or op == 'w' then
+        for _, v in ipairs({'~used', 0, '~writer', owner, '~wholds', 1, '~wfence', token,
+                            '~wexp', ends}) do
+          fields[#fields + 1] = v
+        end
+        reply = {1, token, 1}
+      else
+        local fence = token
+        if op == 'r' then
+          units, fence, token = 1, '', 0
+        end
+        for _, v in ipairs({'~used', units, 'h:' .. owner, units .. '/' .. fence .. '/'}) do
+          fields[#fields + 1] = v
+        end
+        redis.call('ZADD', KEYS[2], ends, owner, '+inf', '~')
+        redis.call('PEXPIREAT', KEYS[2], at)
+        reply = {1, token, units}
+      end
+      redis.call('HSET', KEYS[1], unpack(fields))
+      redis.call('PEXPIREAT', KEYS[1], at)
+      return reply
+    end
+  end
+end
