@@ -104,6 +104,7 @@ mod notify;
 mod protocol;
 mod sync;
 mod time;
+mod timeline;
 mod token;
 
 pub use client::{LockClient, LockClientBuilder};

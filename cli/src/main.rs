@@ -3,6 +3,7 @@
 //! ```text
 //! redlatch bench [--quick] [--cluster] [--redlock] [--replicas] # the benchmark, own redis-server
 //! redlatch bench --scripts [--quick]   # µs per script call inside Redis, own redis-server
+//! redlatch bench --timeline [--quick]  # the wake path of a hand-off, hop by hop
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
@@ -72,6 +73,11 @@ enum Command {
         /// `scripts.json`.
         #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster"])]
         scripts: bool,
+        /// Time the wake path instead: the hand-off scenario, cut at each hop from a release to
+        /// the woken waiter's acquire returning (redlatch's `redlatch::timeline` trace
+        /// events); writes `timeline.json`.
+        #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster", "scripts"])]
+        timeline: bool,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
@@ -149,7 +155,22 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             redlock,
             replicas,
             scripts,
+            timeline,
         } => {
+            if timeline {
+                let (server, url) = server::try_named_or_own(cli.url.clone())?;
+                let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
+                let entries = bench::redlatch_entries(&url, &prefix);
+                let plan = bench::Plan::new(quick, handoff_hold_ms);
+                let report = bench::timeline(&entries, &plan).await?;
+                std::fs::create_dir_all(&out)?;
+                std::fs::write(
+                    out.join("timeline.json"),
+                    serde_json::to_string_pretty(&report)?,
+                )?;
+                drop(server);
+                return Ok(ExitCode::SUCCESS);
+            }
             if scripts {
                 if cli.url.is_some() {
                     return Err(

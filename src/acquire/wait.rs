@@ -57,6 +57,9 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     };
     let deadline = timeout.map(|t| after(started, t));
     let result = wait(&attempts, deadline, timeout.unwrap_or_default()).await;
+    if result.is_ok() {
+        crate::timeline::hop("acquired");
+    }
     // Dropping the place leaves the queue, unless an attempt took the lock (which removed the
     // place in Redis and disarmed its lease).
     if result.is_err() && attempts.unanswered.load(Ordering::Relaxed) {
@@ -88,7 +91,9 @@ impl Attempts<'_> {
             };
         }
         async move {
+            crate::timeline::hop("attempt.sent");
             let result = self.engine.attempt(ask, self.place.clone()).await;
+            crate::timeline::hop("attempt.answered");
             if matches!(&result, Err(err) if err.is_lost_answer()) {
                 self.unanswered.store(true, Ordering::Relaxed);
             }
@@ -243,6 +248,7 @@ async fn wait(
         };
         tokio::select! {
             _ = w.woken() => {
+                crate::timeline::hop("waiter.woken");
                 if let Some(grant) = w.take_grant() {
                     // A release gave us the hold already: no round trip, unless the message
                     // came too late to tell how long the hold has left.

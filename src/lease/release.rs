@@ -48,6 +48,13 @@ async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>
 /// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family:
 /// `true` when that freed a plain mutex and woke waiters that had found it busy.
 pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<bool> {
+    crate::timeline::hop("release.sent");
+    let released = send_release(backend, hold).await;
+    crate::timeline::hop("release.answered");
+    released
+}
+
+async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
     if let Some(quorum) = backend.as_quorum() {
         return super::quorum::release(quorum, hold).await.map(|()| false);
     }

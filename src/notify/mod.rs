@@ -372,6 +372,7 @@ impl Listener for Shared {
     }
 
     fn message(&self, channel: &str, payload: &[u8]) {
+        crate::timeline::hop("wake.received");
         let Some(channel) = self.channels().get(channel).cloned() else {
             return;
         };

@@ -21,6 +21,7 @@ mod redlock;
 mod replicas;
 mod report;
 mod scenarios;
+mod timeline;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -45,6 +46,7 @@ pub use redlock::{
 };
 pub use replicas::ReplicasBed;
 pub use report::Record;
+pub use timeline::timeline;
 
 use chart::chart;
 use plan::Job;

@@ -81,7 +81,10 @@ pub async fn profile_scripts(
         let lib = (entry.connect)().await?;
         let mut contenders: Vec<Box<dyn Contender>> = Vec::new();
         for i in 0..names {
-            contenders.push(lib.contender(&format!("profile-{i}"), None).await?);
+            contenders.push(
+                lib.contender(&format!("profile-{}-{i}", entry.name), None)
+                    .await?,
+            );
         }
         for c in &contenders {
             c.lock().await?.release().await?;
