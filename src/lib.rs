@@ -73,10 +73,35 @@
 //! (`appendfsync always`, or a restart delayed by the longest lease); the README's Redlock
 //! section says what holds under which conditions.
 //!
+//! # Metrics and tracing
+//!
+//! With the feature `metrics`, redlatch records through the [`metrics`](https://docs.rs/metrics)
+//! facade; the application installs the recorder (exporter) it wants, and without one each
+//! record costs one check. Labelled by primitive kind (`kind`: `mutex`, `fair_mutex`,
+//! `semaphore`, `rwlock`), never by name, so the series stay few:
+//!
+//! | metric | type | what |
+//! |---|---|---|
+//! | `redlatch_acquisitions_total` | counter | holds taken (waits and single attempts) |
+//! | `redlatch_wait_seconds` | histogram | from the call to the hold |
+//! | `redlatch_timeouts_total` | counter | waits that ran out of time |
+//! | `redlatch_hold_seconds` | histogram | from the hold to its guard letting go |
+//! | `redlatch_leases_lost_total` | counter | holds found lost while their guard held them |
+//! | `redlatch_renewals_total` | counter | holds the watchdog renewed (or tried to) |
+//! | `redlatch_renewal_seconds` | histogram | one renewal call (a batch; no `kind`) |
+//! | `redlatch_handovers_total` | counter | holds handed over, `via` `redis` (a queued primitive's release) or `local` (a mutex passed between this client's tasks) |
+//! | `redlatch_errors_total` | counter | acquisitions that failed, by `error`: `connection`, `timeout`, `pool`, `redis`, `foreign_data`, `not_replicated`, `protocol`, `refused` |
+//! | `redlatch_waiters` | gauge | waits of this client that found the name busy, now |
+//!
+//! Logs go through [`tracing`](https://docs.rs/tracing) (`debug` and `warn`); the target
+//! `redlatch::timeline` carries a `TRACE` event at each hop of the wake path, from a release to
+//! the woken waiter's acquire returning (`redlatch bench --timeline` times them).
+//!
 //! # Redis layout
 //!
-//! A mutex is `<prefix>:{<name>}` (a hash of owner → hold count), `<prefix>:{<name>}:fence`
-//! (the fencing counter) and the channel `<prefix>:{<name>}:wake`. The queued primitives add
+//! A mutex is `<prefix>:{<name>}` (a string: the hold's fencing token, hold count and owner; its
+//! TTL is the lease), `<prefix>:{<name>}:fence` (the fencing counter) and the channel
+//! `<prefix>:{<name>}:wake`. The queued primitives add
 //! `:holders` and `:queue` (sorted sets timed by the server's clock). Every key of
 //! a name shares the hash tag, so each script touches one slot. The scripts live in `lua/v1/`;
 //! see `lua/README.md` for their contracts.
@@ -100,6 +125,7 @@ mod key;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod layer;
 mod lease;
+mod meter;
 mod notify;
 mod protocol;
 mod sync;

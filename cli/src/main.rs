@@ -4,8 +4,11 @@
 //! redlatch bench [--quick] [--cluster] [--redlock] [--replicas] # the benchmark, own redis-server
 //! redlatch bench --scripts [--quick]   # µs per script call inside Redis, own redis-server
 //! redlatch bench --timeline [--quick]  # the wake path of a hand-off, hop by hop
+//! redlatch bench --metrics-cost [--quick] # uncontended cycles with metrics recorded and without
 //! redlatch --url redis://host:6379 inspect NAME  # holders, holds, lease left, queue, permits
 //! redlatch --url redis://host:6379 force-unlock NAME [--yes]
+//! redlatch --url redis://host:6379 top [--once [--json]] # the names held or queued now, live
+//! redlatch --url redis://host:6379 inspect NAME --watch  # follow one name
 //! redlatch --cluster --url redis://a:7000,redis://b:7001 inspect NAME   # on a Redis Cluster
 //! redlatch --sentinel redis://s1:26379,redis://s2:26379 --master mymaster inspect NAME
 //! ```
@@ -17,7 +20,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use redlatch::LockClient;
-use redlatch_cli::bench;
+use redlatch_cli::{bench, top};
 use redlatch_harness::{RedisCluster, server};
 
 #[derive(Parser, Debug)]
@@ -78,12 +81,40 @@ enum Command {
         /// events); writes `timeline.json`.
         #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster", "scripts"])]
         timeline: bool,
+        /// Measure what the metrics cost instead: the uncontended scenario with redlatch's
+        /// metrics recorded (by `metrics-exporter-prometheus`) and without, in alternation.
+        #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster", "scripts", "timeline"])]
+        metrics_cost: bool,
     },
     /// Print what is going on under a name: holders, holds, lease left, queue, permits, last
     /// fencing token.
     Inspect {
         /// The lock's name.
         name: String,
+        /// Follow it: print it again every `--interval-ms` until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// With `--watch`: the refresh period.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+        interval_ms: u64,
+    },
+    /// A live view of the names under the prefix that are held or queued now, most queued
+    /// first: kind, queue length, holders, holds, lease left, permits, last fencing token.
+    /// Found with `SCAN` in batches of 500 and read with one `inspect` each; read-only. Needs
+    /// `--url` (one server, or the master).
+    Top {
+        /// Print one view and exit.
+        #[arg(long)]
+        once: bool,
+        /// With `--once`: the view as JSON.
+        #[arg(long, requires = "once")]
+        json: bool,
+        /// The refresh period.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+        interval_ms: u64,
+        /// Show at most this many names.
+        #[arg(long, default_value_t = 40)]
+        limit: usize,
     },
     /// End every hold and queue place of a name at once (holders see their guards lost at
     /// their next renewal).
@@ -97,6 +128,9 @@ enum Command {
 }
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Clears the terminal and moves the cursor home (ANSI), before each refresh of a live view.
+const CLEAR: &str = "\x1b[2J\x1b[H";
 
 /// `n` and `word`, with an `s` unless `n` is 1.
 fn count(n: u64, word: &str) -> String {
@@ -156,13 +190,40 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             replicas,
             scripts,
             timeline,
+            metrics_cost,
         } => {
+            if metrics_cost {
+                let (server, url) = server::try_named_or_own(cli.url.clone())?;
+                let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
+                let entries = bench::redlatch_entries(&url, &prefix);
+                let plan = bench::Plan::new(quick, handoff_hold_ms);
+                let report = bench::metrics_cost(&entries, &plan).await;
+                // The run's keys go, also after a failure.
+                let mut conn = redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                redlatch_harness::measure::cleanup(&mut conn, &prefix).await?;
+                let report = report?;
+                std::fs::create_dir_all(&out)?;
+                std::fs::write(
+                    out.join("metrics-cost.json"),
+                    serde_json::to_string_pretty(&report)?,
+                )?;
+                drop(server);
+                return Ok(ExitCode::SUCCESS);
+            }
             if timeline {
                 let (server, url) = server::try_named_or_own(cli.url.clone())?;
                 let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
                 let entries = bench::redlatch_entries(&url, &prefix);
                 let plan = bench::Plan::new(quick, handoff_hold_ms);
-                let report = bench::timeline(&entries, &plan).await?;
+                let report = bench::timeline(&entries, &plan).await;
+                // The run's keys go, also after a failure.
+                let mut conn = redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                redlatch_harness::measure::cleanup(&mut conn, &prefix).await?;
+                let report = report?;
                 std::fs::create_dir_all(&out)?;
                 std::fs::write(
                     out.join("timeline.json"),
@@ -244,10 +305,68 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             drop((server, own_cluster));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { name } => {
+        Command::Inspect {
+            name,
+            watch,
+            interval_ms,
+        } => {
             let client = client(&cli)?;
-            print!("{}", client.inspect(&name).await?);
-            Ok(ExitCode::SUCCESS)
+            if !watch {
+                print!("{}", client.inspect(&name).await?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let period = std::time::Duration::from_millis(interval_ms);
+            loop {
+                let at = tokio::time::Instant::now();
+                let snapshot = client.inspect(&name).await?;
+                print!("{CLEAR}{snapshot}");
+                std::io::stdout().flush()?;
+                tokio::time::sleep_until(at + period).await;
+            }
+        }
+        Command::Top {
+            once,
+            json,
+            interval_ms,
+            limit,
+        } => {
+            let url = match (&cli.url, cli.cluster || cli.sentinel.is_some()) {
+                (Some(url), false) => url.clone(),
+                _ => {
+                    return Err("top reads one server: give --url (the master's address; \
+                                not --cluster or --sentinel)"
+                        .into());
+                }
+            };
+            let client = client(&cli)?;
+            let mut conn = redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            let period = std::time::Duration::from_millis(interval_ms);
+            loop {
+                let at = tokio::time::Instant::now();
+                let view = top::view(&mut conn, &client, &cli.prefix, limit).await?;
+                if once {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&top::json(&view))?);
+                    } else {
+                        print!("{}", top::table(&view));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                print!(
+                    "{CLEAR}redlatch top: {} held or queued under {}:*, {} commands for this view \
+                     ({:.0}/s), every {} ms; Ctrl-C to quit\n\n{}",
+                    view.rows.len() + view.left_out,
+                    cli.prefix,
+                    view.commands,
+                    view.commands as f64 / period.as_secs_f64(),
+                    interval_ms,
+                    top::table(&view)
+                );
+                std::io::stdout().flush()?;
+                tokio::time::sleep_until(at + period).await;
+            }
         }
         Command::ForceUnlock { name, yes } => {
             let client = client(&cli)?;

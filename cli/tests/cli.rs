@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redlatch::LockClient;
-use redlatch_harness::{TestServer as TestRedis, unique, within};
+use redlatch_harness::{TestServer as TestRedis, unique, until, within};
 
 /// A redlatch client of the test's server, under its prefix.
 fn client(redis: &TestRedis) -> LockClient {
@@ -253,4 +253,81 @@ async fn quick_bench_writes_its_json_and_leaves_no_keys() {
     })
     .await;
     let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// `top --once --json` lists the names held or queued now, most queued first, with their
+/// holders, queue and permits; a name only used before (its counter left) is not listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_lists_held_and_queued_names_most_queued_first() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let (a, b) = (client(&redis), client(&redis));
+        let held = a.fair_mutex("busy").unwrap().lock().await.unwrap();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let mutex = b.fair_mutex("busy").unwrap();
+                tokio::spawn(async move { mutex.lock().await.unwrap() })
+            })
+            .collect();
+        until(|| async { a.inspect("busy").await.unwrap().waiters.len() == 2 }).await;
+        let permit = a.semaphore("pool", 3).unwrap().acquire().await.unwrap();
+        a.mutex("done")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+
+        let run = |args: Vec<&'static str>| {
+            let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
+            tokio::task::spawn_blocking(move || redlatch(&url, &prefix, &args, ""))
+        };
+        let (ok, out) = run(vec!["top", "--once", "--json"]).await.unwrap();
+        assert!(ok, "{out}");
+        let view: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        let names = view["names"].as_array().expect("names");
+        assert_eq!(names.len(), 2, "{out}");
+        assert_eq!(names[0]["name"], "busy");
+        assert_eq!(names[0]["kind"], "fair");
+        assert_eq!(names[0]["queue"], 2);
+        assert_eq!(
+            names[0]["holders"][0]["id"],
+            held.owner().short_id().as_str()
+        );
+        assert_eq!(names[1]["name"], "pool");
+        assert_eq!(names[1]["kind"], "semaphore");
+        assert_eq!(
+            (&names[1]["permits_in_use"], &names[1]["capacity"]),
+            (&serde_json::json!(1), &serde_json::json!(3))
+        );
+        assert_eq!(view["left_out"], 0);
+
+        let (ok, out) = run(vec!["top", "--once"]).await.unwrap();
+        assert!(ok, "{out}");
+        let busy = out.find("busy").expect("busy listed");
+        let pool = out.find("pool").expect("pool listed");
+        assert!(busy < pool && !out.contains("done"), "{out}");
+
+        // Only one server's keys can be scanned.
+        let (ok, out) = tokio::task::spawn_blocking(|| {
+            tool(
+                &["--cluster", "--url", "redis://127.0.0.1:1", "top", "--once"],
+                &[],
+                "",
+            )
+        })
+        .await
+        .unwrap();
+        assert!(!ok && out.contains("top reads one server"), "{out}");
+
+        held.unlock().await.unwrap();
+        for waiter in waiters {
+            waiter.await.unwrap().unlock().await.unwrap();
+        }
+        permit.release().await.unwrap();
+        assert_eq!(a.inspect("busy").await.unwrap().kind, None);
+    })
+    .await;
 }

@@ -22,6 +22,8 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     let (release, head_start) = match entered {
         Entered::Lead => (None, false),
         Entered::Wait(mut turn) => {
+            // Waits behind this client's leader: counted while it does.
+            let waiting = crate::meter::Waiting::new(engine.family.label());
             let turn = tokio::select! {
                 // A turn lost on its way (its sender dropped unsent) is the turn to lead.
                 turn = &mut turn => turn.unwrap_or(Turn::Lead { release: None, head_start: false }),
@@ -32,6 +34,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
                     });
                 }
             };
+            drop(waiting);
             match turn {
                 Turn::Pass(held) => return Ok(held),
                 Turn::Lead {

@@ -15,6 +15,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Lease};
+use crate::meter;
 use crate::protocol::{Answer, Claim, Family, Op, mutex};
 use crate::time::after;
 use crate::token::OwnerToken;
@@ -171,10 +172,18 @@ impl Engine {
     /// attempt without queueing and fails with [`Error::Timeout`] (carrying the holder's
     /// remaining lease) if it is busy.
     pub(crate) async fn acquire(&self, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
-        if self.passes_locally(ask, timeout) {
-            return super::cohort::acquire(self, ask, timeout).await;
-        }
-        self.acquire_in_redis(ask, timeout).await
+        let started = Instant::now();
+        let result = if self.passes_locally(ask, timeout) {
+            super::cohort::acquire(self, ask, timeout).await
+        } else {
+            self.acquire_in_redis(ask, timeout).await
+        };
+        meter::acquire_ended(
+            self.family.label(),
+            started.elapsed(),
+            result.as_ref().map(|_| ()),
+        );
+        result
     }
 
     /// Whether the holds of `ask` pass between this client's tasks (local hand-off): a new
@@ -197,7 +206,7 @@ impl Engine {
         timeout: Option<Duration>,
     ) -> Result<Held> {
         if timeout == Some(Duration::ZERO) {
-            return match self.try_acquire(ask).await? {
+            return match self.try_once(ask).await? {
                 Attempt::Acquired(held) => Ok(held),
                 Attempt::Busy(lease_left)
                 | Attempt::Queued {
@@ -215,6 +224,20 @@ impl Engine {
     /// lease could run out. A new owner's attempt whose answer was lost is given back in the
     /// background.
     pub(crate) async fn try_acquire(&self, ask: Ask) -> Result<Attempt<Held>> {
+        let started = Instant::now();
+        let attempt = self.try_once(ask).await;
+        match &attempt {
+            Ok(Attempt::Acquired(_)) => {
+                meter::acquire_ended(self.family.label(), started.elapsed(), Ok(()));
+            }
+            Ok(_) => {}
+            Err(err) => meter::acquire_ended(self.family.label(), started.elapsed(), Err(err)),
+        }
+        attempt
+    }
+
+    /// [`try_acquire`](Self::try_acquire), not counted in the metrics (the caller counts).
+    async fn try_once(&self, ask: Ask) -> Result<Attempt<Held>> {
         let attempt = self.attempt(ask, None).await;
         if matches!(&attempt, Err(err) if err.is_lost_answer()) {
             self.abandon(ask, false);
@@ -324,6 +347,7 @@ impl Engine {
             fence,
             lease: Lease::new(hold, self.core.tasks.clone()),
             baton: None,
+            since: Some(Instant::now()),
         }
     }
 

@@ -128,10 +128,12 @@ pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Ins
         granted_after,
         engine.core.config.drift.validity(grant.term),
     ));
+    crate::meter::handed_over(engine.family.label(), false);
     Held {
         owner: ask.owner,
         fence: grant.fence,
         lease: Lease::new(hold, engine.core.tasks.clone()),
         baton: None,
+        since: Some(Instant::now()),
     }
 }

@@ -31,6 +31,7 @@ use super::{Ask, Attempt, Engine};
 use crate::config::Backoff;
 use crate::error::{Error, Result};
 use crate::lease::Held;
+use crate::meter;
 use crate::notify::Waiter;
 use crate::protocol::wake::Grant;
 use crate::protocol::{Claim, queue};
@@ -155,6 +156,8 @@ async fn wait(
     let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
     let mut must_try = in_redis || !notifier.has_waiters(channel);
     let mut queued = false;
+    // Counted in the waiters gauge from the moment the name is found busy to the end.
+    let mut counted: Option<meter::Waiting> = None;
     // Queued in Redis: when the last attempt said something may change unannounced, and when
     // the last attempt that found the waiter waiting was sent, with its place's ticket (a
     // hand-over of that place came after).
@@ -211,6 +214,7 @@ async fn wait(
             }
             if !queued {
                 queued = true;
+                counted.get_or_insert_with(|| meter::Waiting::new(engine.family.label()));
                 if !(in_redis && heard_from_start) {
                     if !within(deadline, w.ready()).await {
                         return Err(timed_out(known(&waiter, own_deadline)));
@@ -221,6 +225,7 @@ async fn wait(
         }
         if waiter.is_none() {
             queued = true;
+            counted.get_or_insert_with(|| meter::Waiting::new(engine.family.label()));
             let w = waiter.insert(join());
             if !within(deadline, w.ready()).await {
                 return Err(timed_out(known(&waiter, own_deadline)));

@@ -275,6 +275,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
         };
     }
     if passable {
+        let kind = held.hold().family.label();
         while let Some(tx) = state.next_waiter() {
             let next = Held {
                 owner: held.owner,
@@ -287,12 +288,17 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
                     last: baton.last,
                     shared: AtomicBool::new(false),
                 }),
+                since: Some(Instant::now()),
             };
             match tx.send(Turn::Pass(next)) {
-                Ok(()) => return LetGo::Passed,
+                Ok(()) => {
+                    crate::meter::handed_over(kind, true);
+                    return LetGo::Passed;
+                }
                 Err(Turn::Pass(mut back)) => {
                     // Gave up just now: the hold comes back, for the next one.
                     back.baton = None;
+                    back.since = None;
                     held.lease = back.lease.relay();
                 }
                 Err(Turn::Lead { .. }) => {}

@@ -113,6 +113,9 @@ impl Hold {
         let first = self
             .lost
             .send_if_modified(|lost| !std::mem::replace(lost, true));
+        if first && !self.is_ended() {
+            crate::meter::lost(self.family.label());
+        }
         if first && let Some(cohort) = self.cohort.get().and_then(std::sync::Weak::upgrade) {
             cohort.lost(self);
         }
@@ -264,12 +267,17 @@ pub(crate) struct Held {
     pub(crate) lease: Lease,
     /// A plain mutex's hold that may pass to another task of this client when let go.
     pub(crate) baton: Option<Baton>,
+    /// When its guard got it (for the metrics); `None` for one never given to a guard.
+    pub(crate) since: Option<Instant>,
 }
 
 /// A hold let go: passed to the next local waiter, or released in the background, after which
 /// the next local waiter (if any) takes the lock in Redis.
 impl Drop for Held {
     fn drop(&mut self) {
+        if let Some(since) = self.since {
+            crate::meter::let_go(self.hold().family.label(), since.elapsed());
+        }
         if let LetGo::Release {
             cohort,
             leader: Some(leader),

@@ -296,6 +296,7 @@ async fn renew<'a>(
         Ok(Err(err)) => Err(format!("{err:#}")),
         Err(_) => Err("no answer before the lease runs out".to_owned()),
     };
+    crate::meter::renewed(chunk.iter().map(|h| h.family.label()), sent_at.elapsed());
     (chunk, sent_at, outcome)
 }
 

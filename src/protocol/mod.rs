@@ -44,6 +44,16 @@ pub(crate) enum Family {
 }
 
 impl Family {
+    /// The primitive's kind as the metrics label it (`kind`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::Fair => "fair_mutex",
+            Self::Semaphore => "semaphore",
+            Self::RwLock => "rwlock",
+        }
+    }
+
     pub(crate) fn layout(self) -> &'static str {
         match self {
             Self::Mutex => MUTEX_LAYOUT,

@@ -15,6 +15,7 @@
 mod chart;
 mod cluster;
 mod library;
+mod metrics_cost;
 mod plan;
 mod profile;
 mod redlock;
@@ -39,6 +40,7 @@ pub use library::{
     Connect, Contender, Entry, Hold, Library, Primitive, redlatch_client, redlatch_entries,
     redlatch_entry,
 };
+pub use metrics_cost::metrics_cost;
 pub use plan::{Plan, parse_hold_ms};
 pub use profile::profile_scripts;
 pub use redlock::{

@@ -1,0 +1,216 @@
+//! Metrics (feature `metrics`): a known workload, recorded through a test recorder, gives
+//! exact counts per primitive kind.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redlatch::Error;
+use support::{TestRedis, until, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// What the recorder has seen so far. A snapshot of the debugging recorder takes each metric's
+/// value out of it (counters and gauges are reset to zero, histograms emptied), so the
+/// snapshots are added up here: counters and gauges summed, histograms counted.
+struct Seen {
+    snapshotter: Snapshotter,
+    sums: HashMap<String, f64>,
+    samples: HashMap<String, usize>,
+}
+
+/// A metric's name with its labels, in a stable order.
+fn id(name: &str, labels: &[(&str, &str)]) -> String {
+    let mut labels = labels.to_vec();
+    labels.sort_unstable();
+    format!("{name}{labels:?}")
+}
+
+impl Seen {
+    fn read(&mut self) {
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+            let id = id(key.name(), &labels);
+            match value {
+                DebugValue::Counter(n) => *self.sums.entry(id).or_default() += n as f64,
+                DebugValue::Gauge(v) => *self.sums.entry(id).or_default() += v.into_inner(),
+                DebugValue::Histogram(v) => *self.samples.entry(id).or_default() += v.len(),
+            }
+        }
+    }
+
+    fn counter(&mut self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.read();
+        self.sums.get(&id(name, labels)).copied().unwrap_or(0.0) as u64
+    }
+
+    fn samples(&mut self, name: &str, labels: &[(&str, &str)]) -> usize {
+        self.read();
+        self.samples.get(&id(name, labels)).copied().unwrap_or(0)
+    }
+
+    fn gauge(&mut self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.read();
+        self.sums.get(&id(name, labels)).copied().unwrap_or(0.0)
+    }
+}
+
+#[tokio::test]
+async fn a_known_workload_is_counted_per_kind() {
+    let recorder = DebuggingRecorder::new();
+    let seen = StdMutex::new(Seen {
+        snapshotter: recorder.snapshotter(),
+        sums: HashMap::new(),
+        samples: HashMap::new(),
+    });
+    if recorder.install().is_err() {
+        panic!("a recorder was installed already: this test must be alone in its binary");
+    }
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // A short lease: the watchdog renews within the test.
+        let build = || {
+            redis
+                .builder()
+                .default_lease(Duration::from_millis(900))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(), build());
+        let mutex = [("kind", "mutex")];
+        let fair = [("kind", "fair_mutex")];
+
+        for _ in 0..3 {
+            a.mutex("m")
+                .unwrap()
+                .lock()
+                .await
+                .unwrap()
+                .unlock()
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_acquisitions_total", &mutex),
+            3
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .samples("redlatch_wait_seconds", &mutex),
+            3
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .samples("redlatch_hold_seconds", &mutex),
+            3
+        );
+
+        // A fair mutex handed to a waiter of another client by its release.
+        let held = a.fair_mutex("f").unwrap().lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let m = b.fair_mutex("f").unwrap();
+            async move { m.lock().await.unwrap() }
+        });
+        until(|| async { redis.queued(&a, "f").await == 1 }).await;
+        assert_eq!(seen.lock().unwrap().gauge("redlatch_waiters", &fair), 1.0);
+        // A wait that gives up.
+        let late = b
+            .fair_mutex("f")
+            .unwrap()
+            .lock_timeout(Duration::from_millis(50))
+            .await;
+        assert!(matches!(late, Err(Error::Timeout { .. })), "{late:?}");
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_timeouts_total", &fair),
+            1
+        );
+        // Held across a renewal.
+        until(|| async {
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_renewals_total", &fair)
+                >= 1
+        })
+        .await;
+        assert!(
+            seen.lock()
+                .unwrap()
+                .samples("redlatch_renewal_seconds", &[])
+                >= 1
+        );
+        held.unlock().await.unwrap();
+        waiter.await.unwrap().unlock().await.unwrap();
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_acquisitions_total", &fair),
+            2
+        );
+        assert_eq!(
+            seen.lock().unwrap().counter(
+                "redlatch_handovers_total",
+                &[("kind", "fair_mutex"), ("via", "redis")]
+            ),
+            1
+        );
+        assert_eq!(
+            seen.lock().unwrap().samples("redlatch_hold_seconds", &fair),
+            2
+        );
+        assert_eq!(seen.lock().unwrap().gauge("redlatch_waiters", &fair), 0.0);
+
+        // A hold ended from outside: its guard learns it at the next renewal.
+        let lost = a.mutex("lost").unwrap().lock().await.unwrap();
+        a.force_unlock("lost").await.unwrap();
+        lost.lost().await;
+        drop(lost);
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_leases_lost_total", &mutex),
+            1
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_acquisitions_total", &mutex),
+            4
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .samples("redlatch_hold_seconds", &mutex),
+            4
+        );
+        // Nothing failed.
+        for error in [
+            "connection",
+            "timeout",
+            "pool",
+            "redis",
+            "protocol",
+            "refused",
+        ] {
+            for kind in ["mutex", "fair_mutex"] {
+                assert_eq!(
+                    seen.lock()
+                        .unwrap()
+                        .counter("redlatch_errors_total", &[("kind", kind), ("error", error)]),
+                    0
+                );
+            }
+        }
+    })
+    .await;
+}
