@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{ForceUnlocked, Snapshot};
 use crate::key::LockKeys;
 use crate::protocol::admin;
-use crate::sync::{FairMutex, Mutex, RwLock, Semaphore};
+use crate::sync::{Election, FairMutex, Mutex, RwLock, Semaphore};
 
 /// The entry point: a cheap, cloneable handle to one Redis server and the background work that
 /// serves every lock made from it.
@@ -379,6 +379,22 @@ impl LockClient {
     /// ```
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
         FairMutex::new(Arc::clone(&self.core), name)
+    }
+
+    /// A handle to the leader election called `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Self::mutex); [`Error::Unsupported`](crate::Error::Unsupported) on a
+    /// Redlock client.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let leadership = client.election("scheduler")?.campaign("host-a").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Election::new(Arc::clone(&self.core), name)
     }
 
     /// A handle to the counting semaphore called `name`, with `permits` permits. Every client

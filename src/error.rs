@@ -123,6 +123,13 @@ pub enum Error {
         /// Replicas the setting wanted.
         wanted: u32,
     },
+    /// An election's observer could not subscribe to the election's channel, or lost the
+    /// subscription: changes from then on could be missed. Observe again to go on.
+    #[error("the subscription to election `{name}`'s changes could not be kept")]
+    Unsubscribed {
+        /// The election's name.
+        name: String,
+    },
     /// No connection could be had from the pool.
     #[error("connection pool error")]
     Pool(#[from] deadpool_redis::PoolError),

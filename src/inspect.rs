@@ -25,6 +25,8 @@ pub enum LockKind {
     Semaphore,
     /// An [`RwLock`](crate::RwLock).
     RwLock,
+    /// An [`Election`](crate::Election).
+    Election,
 }
 
 /// The state of one name at one instant, read in one atomic script call.

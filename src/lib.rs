@@ -2,7 +2,8 @@
 //!
 //! redlatch gives tokio services synchronization shared across processes through one Redis
 //! server: a reentrant [`Mutex`], a strictly FIFO [`FairMutex`], a counting [`Semaphore`] with
-//! leased permits and a read-write [`RwLock`], with what a lock service needs beyond `SET NX`:
+//! leased permits, a read-write [`RwLock`] and a leader [`Election`], with what a lock service
+//! needs beyond `SET NX`:
 //!
 //! * **leases and a watchdog**: every hold has a lease (30 s by default) that one background
 //!   task per client renews while the guard lives, so a crashed holder frees the lock within a
@@ -25,7 +26,10 @@
 //!   [`layer::PermitLayer`] hold a lock or a permit for each HTTP request, for axum, hyper and
 //!   tonic;
 //! * **Redis Cluster** (feature `cluster`): `LockClient::cluster` runs every primitive on a
-//!   sharded cluster, with wake-ups by sharded pub/sub, through slot moves and failovers.
+//!   sharded cluster, with wake-ups by sharded pub/sub, through slot moves and failovers;
+//! * **metrics** (feature `metrics`): acquisitions, waits, holds, timeouts, lost leases,
+//!   renewals, hand-overs, errors and waiters per primitive kind, through the `metrics` facade
+//!   (see [Metrics and tracing](#metrics-and-tracing)).
 //!
 //! ```no_run
 //! # async fn demo() -> redlatch::Result<()> {
@@ -91,7 +95,7 @@
 //! | `redlatch_renewal_seconds` | histogram | one renewal call (a batch; no `kind`) |
 //! | `redlatch_handovers_total` | counter | holds handed over, `via` `redis` (a queued primitive's release) or `local` (a mutex passed between this client's tasks) |
 //! | `redlatch_errors_total` | counter | acquisitions that failed, by `error`: `connection`, `timeout`, `pool`, `redis`, `foreign_data`, `not_replicated`, `protocol`, `refused` |
-//! | `redlatch_waiters` | gauge | waits of this client that found the name busy, now |
+//! | `redlatch_waiters` | gauge | waits of this client going on now (the name found busy, or queued behind a task of this client) |
 //!
 //! Logs go through [`tracing`](https://docs.rs/tracing) (`debug` and `warn`); the target
 //! `redlatch::timeline` carries a `TRACE` event at each hop of the wake path, from a release to
@@ -142,8 +146,8 @@ pub use inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wan
 pub use key::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use lease::{HoldView, Lost};
 pub use sync::{
-    FairMutex, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore,
-    SemaphorePermit,
+    Election, FairMutex, Leader, LeaderStream, Leadership, MAX_LEADER_VALUE, Mutex, MutexGuard,
+    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 pub use token::OwnerToken;
 

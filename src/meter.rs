@@ -17,7 +17,8 @@
 //!   client's tasks);
 //! * `redlatch_errors_total` (counter, label `error`: `connection`, `timeout`, `pool`, `redis`,
 //!   `foreign_data`, `not_replicated`, `protocol`, `refused`): acquisitions that failed;
-//! * `redlatch_waiters` (gauge): waits of this client that found the name busy and wait now.
+//! * `redlatch_waiters` (gauge): waits of this client going on now (the name found busy, or a
+//!   plain mutex's task queued behind another task of this client that takes it).
 
 use std::time::Duration;
 
@@ -104,8 +105,8 @@ pub(crate) fn handed_over(kind: &'static str, local: bool) {
     let _ = (kind, local);
 }
 
-/// A wait of this client that found the name busy, counted in `redlatch_waiters` while it
-/// lives.
+/// A wait of this client (the name found busy, or queued behind a task of this client that takes
+/// it), counted in `redlatch_waiters` while it lives.
 #[derive(Debug)]
 pub(crate) struct Waiting {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]

@@ -19,6 +19,9 @@ pub struct View {
     pub rows: Vec<Snapshot>,
     /// Names found beyond `limit`, left out.
     pub left_out: usize,
+    /// Names whose keys could not be read as a lock (data redlatch did not write under the
+    /// prefix, a name redlatch would refuse): left out, and counted here.
+    pub unreadable: usize,
     /// Commands sent to the server for this refresh (`SCAN` calls and one `inspect` each).
     pub commands: u64,
 }
@@ -72,9 +75,17 @@ pub async fn view(
     limit: usize,
 ) -> AnyResult<View> {
     let (names, scans) = names(conn, prefix).await?;
-    let mut rows = Vec::new();
+    let (mut rows, mut unreadable) = (Vec::new(), 0);
     for name in &names {
-        let snapshot = client.inspect(name).await?;
+        let snapshot = match client.inspect(name).await {
+            Ok(snapshot) => snapshot,
+            // The server is out of reach: the view cannot be made.
+            Err(err) if err.is_connection() => return Err(err.into()),
+            Err(_) => {
+                unreadable += 1;
+                continue;
+            }
+        };
         if snapshot.kind.is_some() && !(snapshot.holders.is_empty() && snapshot.waiters.is_empty())
         {
             rows.push(snapshot);
@@ -92,6 +103,7 @@ pub async fn view(
     Ok(View {
         rows,
         left_out,
+        unreadable,
         commands: scans + names.len() as u64,
     })
 }
@@ -102,6 +114,7 @@ fn kind(kind: Option<LockKind>) -> &'static str {
         Some(LockKind::FairMutex) => "fair",
         Some(LockKind::Semaphore) => "semaphore",
         Some(LockKind::RwLock) => "rwlock",
+        Some(LockKind::Election) => "election",
         Some(_) => "other",
         None => "free",
     }
@@ -152,6 +165,12 @@ pub fn table(view: &View) -> String {
     if view.left_out > 0 {
         out.push_str(&format!("... and {} more names in use\n", view.left_out));
     }
+    if view.unreadable > 0 {
+        out.push_str(&format!(
+            "{} keys under the prefix are not redlatch's locks (left alone)\n",
+            view.unreadable
+        ));
+    }
     out
 }
 
@@ -182,5 +201,10 @@ pub fn json(view: &View) -> Value {
             })
         })
         .collect();
-    json!({ "names": rows, "left_out": view.left_out, "commands": view.commands })
+    json!({
+        "names": rows,
+        "left_out": view.left_out,
+        "unreadable": view.unreadable,
+        "commands": view.commands,
+    })
 }

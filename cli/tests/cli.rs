@@ -279,6 +279,15 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
             .unlock()
             .await
             .unwrap();
+        // Data redlatch did not write, under the prefix: left out, counted, left alone.
+        let foreign = format!("{}:{{users}}", redis.prefix);
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("SADD")
+            .arg(&foreign)
+            .arg("alice")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
 
         let run = |args: Vec<&'static str>| {
             let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
@@ -303,6 +312,13 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
             (&serde_json::json!(1), &serde_json::json!(3))
         );
         assert_eq!(view["left_out"], 0);
+        assert_eq!(view["unreadable"], 1);
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(&foreign)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(members, vec!["alice".to_owned()]);
 
         let (ok, out) = run(vec!["top", "--once"]).await.unwrap();
         assert!(ok, "{out}");

@@ -53,6 +53,14 @@ pub enum Event {
         /// When it failed.
         at: u64,
     },
+    /// The worker's observer of an election saw a change: a leader of `term` (0: nobody
+    /// leads).
+    Observed {
+        /// The leader's term, or 0.
+        term: u64,
+        /// When.
+        at: u64,
+    },
     /// Every section is done.
     Done,
 }
@@ -129,6 +137,7 @@ impl fmt::Display for Event {
             }
             Self::Holding { task } => write!(f, "holding\t{task}"),
             Self::Releasing { task, at } => write!(f, "releasing\t{task}\t{at}"),
+            Self::Observed { term, at } => write!(f, "observed\t{term}\t{at}"),
             Self::Done => write!(f, "done"),
         }
     }
@@ -192,6 +201,10 @@ impl FromStr for Event {
                 task: task(1)?,
                 at: num(2)?,
             }),
+            Some("observed") => Ok(Self::Observed {
+                term: num(1)?,
+                at: num(2)?,
+            }),
             Some("done") => Ok(Self::Done),
             _ => Err(bad()),
         }
@@ -233,6 +246,7 @@ mod tests {
                 ask: 1,
                 at: 2,
             },
+            Event::Observed { term: 12, at: 13 },
             Event::Done,
         ];
         for e in events {

@@ -81,7 +81,7 @@ fn millis(d: Duration) -> u64 {
 /// Whether task `task` of a worker takes an exclusive hold.
 pub fn exclusive(spec: &Spec, task: usize) -> bool {
     match spec.kind {
-        Kind::Mutex | Kind::Reenter | Kind::Fair => true,
+        Kind::Mutex | Kind::Reenter | Kind::Fair | Kind::Election => true,
         Kind::Semaphore => false,
         Kind::Rwlock => task < spec.writers,
     }
@@ -129,7 +129,17 @@ pub const ROWS: &[Row] = &[
     row("kill/reenter", "SIGKILL the holder", "Mutex, re-entered"),
     row("kill/fair", "SIGKILL the holder", "FairMutex"),
     row("kill/semaphore", "SIGKILL the holder", "Semaphore of 1"),
+    row(
+        "kill/election",
+        "SIGKILL the leader; every worker observes",
+        "Election, 5 candidates",
+    ),
     row("pause/mutex", "SIGSTOP the holder for 2 × lease", "Mutex"),
+    row(
+        "pause/election",
+        "SIGSTOP the leader for 2 × lease",
+        "Election, 5 candidates",
+    ),
     row("hold-replies/mutex", "replies held past the lease", "Mutex"),
     row(
         "hold-replies/fair",
@@ -214,8 +224,12 @@ pub async fn run(id: &str, params: &Params) -> Report {
     let started = Instant::now();
     let outcome = match id.split('/').next().unwrap_or_default() {
         "baseline" => baseline(row, params, &mut report).await,
+        "kill" if row.id == "kill/election" => election_kill(params, &mut report).await,
         "kill" => kill(row, params, &mut report).await,
-        "pause" => pause(params, &mut report, false, false).await,
+        "pause" if row.id == "pause/election" => {
+            pause(params, &mut report, Kind::Election, false, false).await
+        }
+        "pause" => pause(params, &mut report, Kind::Mutex, false, false).await,
         "hold-replies" => hold_replies(row, params, &mut report).await,
         "jitter" => jitter(params, &mut report).await,
         "blackhole" => blackhole(row, params, &mut report).await,
@@ -229,9 +243,11 @@ pub async fn run(id: &str, params: &Params) -> Report {
         "permits" => permits(params, &mut report).await,
         "writer" => writer(params, &mut report).await,
         "control" => match id {
-            "control/unfenced-register" => pause(params, &mut report, true, false).await,
+            "control/unfenced-register" => {
+                pause(params, &mut report, Kind::Mutex, true, false).await
+            }
             "control/restart-empty" => restart(params, &mut report, false).await,
-            _ => pause(params, &mut report, true, true).await,
+            _ => pause(params, &mut report, Kind::Mutex, true, true).await,
         },
         _ => Err("no such row".to_owned()),
     };
@@ -376,7 +392,7 @@ async fn finish(
         report.tokens_out_of_order += audit.accepted_not_rising + audit.tokens_not_rising;
         if matches!(
             g.kind,
-            Kind::Mutex | Kind::Reenter | Kind::Fair | Kind::Rwlock
+            Kind::Mutex | Kind::Reenter | Kind::Fair | Kind::Rwlock | Kind::Election
         ) {
             let (value, done) = resource
                 .register(&mut conn)
@@ -529,8 +545,9 @@ fn note_recovery(bed: &Bed, report: &mut Report, bound: Duration) {
     report.longest_recovery_ms = times.iter().copied().reduce(f64::max);
     times.sort_by(|a, b| b.total_cmp(a));
     let longest: Vec<String> = times.iter().take(5).map(|t| format!("{t:.0}")).collect();
+    let median = times.get(times.len() / 2).copied().unwrap_or_default();
     report.notes.push(format!(
-        "{} recoveries, the longest in ms: {}",
+        "{} recoveries, median {median:.0} ms, the longest in ms: {}",
         times.len(),
         longest.join(", ")
     ));
@@ -642,6 +659,82 @@ async fn kill(row: &Row, params: &Params, report: &mut Report) -> Result<(), Str
     Ok(())
 }
 
+/// Five workers, one candidate each, hold the leadership in turn (for 20 to 100 ms each); the
+/// leader is SIGKILLed `times` times and replaced by a fresh worker. Besides the checkers of
+/// every row (no overlapping leaderships, terms accepted in rising order), the next leader must
+/// lead within the lease and 250 ms of the kill (no queued waiter of the dead process holds it
+/// up: it had only its leadership), and every observer must have seen every leader between the
+/// first and last it saw, in order.
+async fn election_kill(params: &Params, report: &mut Report) -> Result<(), String> {
+    let mut bed = Bed::start(params.exe.clone(), ServerOpts::default())?;
+    let mut template = params.template(Kind::Election);
+    template.tasks = 1;
+    template.hold_min_us = 20_000;
+    template.hold_max_us = 100_000;
+    template.sections = if params.quick { 8 } else { 40 };
+    let mut g = group(&mut bed, "lock", &template, 5, |_| false).await?;
+    kill_holders(&mut bed, &mut g, params.times(20), |_, _| true).await?;
+    finish(&mut bed, &[g], params, report).await?;
+    expect_clean(report);
+    note_recovery(&bed, report, params.lease() + Duration::from_millis(250));
+    note_observers(&bed, report);
+    Ok(())
+}
+
+/// Checks what each worker's observer saw: the terms of the leaders it saw rise strictly, and
+/// every leadership acquired between the first and the last it saw is among them.
+fn note_observers(bed: &Bed, report: &mut Report) {
+    let events = bed.events();
+    let terms: Vec<u64> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Acquired { token, .. } => Some(*token),
+            _ => None,
+        })
+        .collect();
+    let mut observers = 0;
+    let mut changes = 0;
+    let mut ids: Vec<&String> = events.iter().map(|(id, _)| id).collect();
+    ids.sort();
+    ids.dedup();
+    for id in ids {
+        let seen: Vec<u64> = events
+            .iter()
+            .filter(|(who, _)| who == id)
+            .filter_map(|(_, e)| match e {
+                Event::Observed { term, .. } if *term > 0 => Some(*term),
+                _ => None,
+            })
+            .collect();
+        let (Some(&first), Some(&last)) = (seen.first(), seen.last()) else {
+            continue;
+        };
+        observers += 1;
+        changes += seen.len();
+        if !seen.windows(2).all(|w| w[0] < w[1]) {
+            report.problem(format!("{id}'s observer saw terms out of order: {seen:?}"));
+        }
+        let missed: Vec<u64> = terms
+            .iter()
+            .copied()
+            .filter(|t| *t > first && *t < last && !seen.contains(t))
+            .collect();
+        if !missed.is_empty() {
+            report.problem(format!(
+                "{id}'s observer missed {} leaders, the first of term {}",
+                missed.len(),
+                missed[0]
+            ));
+        }
+    }
+    report.notes.push(format!(
+        "{observers} observers saw {changes} leaders in all"
+    ));
+    if observers == 0 {
+        report.problem("no observer saw a leader");
+    }
+}
+
 /// SIGSTOPs the holder for twice its lease, `times` times. The holder is kept in its section
 /// (between reading and writing the register) with its hold flag, so that it resumes there.
 /// `control`: the register's lost update is the expected outcome (a negative control); `mutant`:
@@ -649,14 +742,21 @@ async fn kill(row: &Row, params: &Params, report: &mut Report) -> Result<(), Str
 async fn pause(
     params: &Params,
     report: &mut Report,
+    kind: Kind,
     control: bool,
     mutant: bool,
 ) -> Result<(), String> {
     let mut bed = Bed::start(params.exe.clone(), ServerOpts::default())?;
-    let mut template = params.template(Kind::Mutex);
+    let mut template = params.template(kind);
     template.obey_hold_flag = true;
     template.mutant_release = mutant;
-    let g = group(&mut bed, "lock", &template, 4, |_| false).await?;
+    let workers = if kind == Kind::Election {
+        template.tasks = 1;
+        5
+    } else {
+        4
+    };
+    let g = group(&mut bed, "lock", &template, workers, |_| false).await?;
     let pause = params.lease() * 2;
     let mut victims = Vec::new();
     // The controls only need to fail: a few pauses do.

@@ -16,6 +16,9 @@ pub enum Kind {
     Semaphore,
     /// `RwLock`: the first `--writers` tasks write, the others read.
     Rwlock,
+    /// `Election`: each section is a leadership (campaign with the worker's id, resign); the
+    /// worker also observes the election and logs every change it sees.
+    Election,
 }
 
 impl Kind {
@@ -27,6 +30,7 @@ impl Kind {
             Self::Fair => "fair",
             Self::Semaphore => "semaphore",
             Self::Rwlock => "rwlock",
+            Self::Election => "election",
         }
     }
 }

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redlatch::{
-    Error, LockClient, Lost, MutexGuard, RwLockReadGuard, RwLockWriteGuard, SemaphorePermit,
+    Error, Leadership, LockClient, Lost, MutexGuard, RwLockReadGuard, RwLockWriteGuard,
+    SemaphorePermit,
 };
 use redlatch_harness::resource::Resource;
 
@@ -22,6 +24,7 @@ enum Guard {
     Permit(SemaphorePermit),
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
+    Leader(Leadership),
 }
 
 macro_rules! each {
@@ -31,6 +34,7 @@ macro_rules! each {
             Guard::Permit($g) => $body,
             Guard::Read($g) => $body,
             Guard::Write($g) => $body,
+            Guard::Leader($g) => $body,
         }
     };
 }
@@ -42,11 +46,12 @@ impl Guard {
             Self::Permit(g) => g.fencing_token(),
             Self::Read(_) => 0,
             Self::Write(g) => g.fencing_token(),
+            Self::Leader(g) => g.term(),
         }
     }
 
     fn exclusive(&self) -> bool {
-        matches!(self, Self::Lock(_) | Self::Write(_))
+        matches!(self, Self::Lock(_) | Self::Write(_) | Self::Leader(_))
     }
 
     fn valid_until(&self) -> std::time::Instant {
@@ -61,8 +66,19 @@ impl Guard {
         each!(self, g => g.lost())
     }
 
-    async fn extend(&self, lease: Duration) -> redlatch::Result<()> {
-        each!(self, g => g.extend(lease).await)
+    /// Extends the hold; for a leadership, which the watchdog alone renews, proclaims its
+    /// value again: both are refused once the hold is lost.
+    async fn extend(&mut self, lease: Duration) -> redlatch::Result<()> {
+        match self {
+            Self::Lock(g) => g.extend(lease).await,
+            Self::Permit(g) => g.extend(lease).await,
+            Self::Read(g) => g.extend(lease).await,
+            Self::Write(g) => g.extend(lease).await,
+            Self::Leader(g) => {
+                let value = g.value().to_owned();
+                g.proclaim(value).await
+            }
+        }
     }
 
     async fn release(self) -> redlatch::Result<()> {
@@ -71,6 +87,7 @@ impl Guard {
             Self::Permit(g) => g.release().await,
             Self::Read(g) => g.unlock().await,
             Self::Write(g) => g.unlock().await,
+            Self::Leader(g) => g.resign().await,
         }
     }
 }
@@ -120,6 +137,12 @@ impl Worker {
                 Guard::Write(self.client.rwlock(name)?.write_timeout(timeout).await?)
             }
             Kind::Rwlock => Guard::Read(self.client.rwlock(name)?.read_timeout(timeout).await?),
+            Kind::Election => Guard::Leader(
+                self.client
+                    .election(name)?
+                    .campaign_timeout(self.spec.id.clone(), timeout)
+                    .await?,
+            ),
         })
     }
 
@@ -146,7 +169,7 @@ impl Worker {
         let mut conn = self.conn.clone();
         let late = self.spec.late_every > 0 && i % self.spec.late_every == self.spec.late_every - 1;
         let ask = now_ns();
-        let guard = match self.acquire(task, late).await {
+        let mut guard = match self.acquire(task, late).await {
             Ok(guard) => guard,
             Err(err) => {
                 let what = match err {
@@ -367,6 +390,28 @@ impl Worker {
     }
 }
 
+/// Starts observing election `name`: every change it sees, the present first, is logged.
+async fn observe(client: &LockClient, name: &str) -> redlatch::Result<tokio::task::JoinHandle<()>> {
+    let mut changes = client.election(name)?.observe().await?;
+    Ok(tokio::spawn(async move {
+        while let Some(change) = changes.next().await {
+            match change {
+                Ok(leader) => println!(
+                    "{}",
+                    Event::Observed {
+                        term: leader.map_or(0, |l| l.term),
+                        at: now_ns(),
+                    }
+                ),
+                Err(err) => {
+                    eprintln!("observer: {err}");
+                    break;
+                }
+            }
+        }
+    }))
+}
+
 async fn lock_connection(url: &str) -> redis::RedisResult<MultiplexedConnection> {
     redis::Client::open(url)?
         .get_multiplexed_async_connection()
@@ -418,6 +463,18 @@ pub async fn run(spec: Spec) -> ExitCode {
         clock: Clock::new(),
         holding: AtomicBool::new(false),
     });
+    // An election's worker observes it from before its first campaign, logging every change.
+    let observer = if worker.spec.kind == Kind::Election {
+        match observe(&worker.client, &worker.spec.name).await {
+            Ok(task) => Some(task),
+            Err(err) => {
+                eprintln!("observe: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let mut tasks = Vec::new();
     for task in 0..worker.spec.tasks {
         let worker = std::sync::Arc::clone(&worker);
@@ -436,6 +493,9 @@ pub async fn run(spec: Spec) -> ExitCode {
     }
     // Let background releases of dropped guards go out before the runtime ends.
     tokio::time::sleep(Duration::from_millis(50)).await;
+    if let Some(observer) = observer {
+        observer.abort();
+    }
     println!("{}", Event::Done);
     ExitCode::SUCCESS
 }

@@ -58,6 +58,8 @@ rows! {
     kill_reenter => "kill/reenter",
     kill_fair => "kill/fair",
     kill_semaphore => "kill/semaphore",
+    kill_election => "kill/election",
+    pause_election => "pause/election",
     pause_mutex => "pause/mutex",
     hold_replies_mutex => "hold-replies/mutex",
     hold_replies_fair => "hold-replies/fair",

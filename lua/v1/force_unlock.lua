@@ -1,5 +1,6 @@
 -- name:    force_unlock
--- layout:  1 (removes "mutex:2", "fair:1", "semaphore:1" and "rwlock:1"; refuses anything else)
+-- layout:  1 (removes "mutex:2", "fair:1", "semaphore:1", "rwlock:1" and "election:1"; refuses
+--          anything else)
 -- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
@@ -32,7 +33,8 @@ if kind == 'string' then
 end
 if kind ~= 'hash' then return {-1, kind, 1} end
 local layout = redis.call('HGET', m, '~layout')
-if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1' then
+if layout ~= 'fair:1' and layout ~= 'semaphore:1' and layout ~= 'rwlock:1'
+    and layout ~= 'election:1' then
   return {-2, layout or ''}
 end
 local bad = others()

@@ -1,5 +1,6 @@
 -- name:    inspect
--- layout:  1 (reads "mutex:2", "fair:1", "semaphore:1" and "rwlock:1"; writes nothing)
+-- layout:  1 (reads "mutex:2" and the queued layouts ("fair:1", "semaphore:1", "rwlock:1",
+--          "election:1"); writes nothing)
 -- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue

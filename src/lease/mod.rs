@@ -412,6 +412,13 @@ pub struct Lost {
 }
 
 impl Lost {
+    /// A `Lost` that completes at once: for a hold that is already over.
+    pub(crate) fn ended() -> Self {
+        Self {
+            inner: Box::pin(std::future::ready(())),
+        }
+    }
+
     /// Completes when `signal` says lost, or when its hold is gone.
     pub(crate) fn from_signal(mut signal: watch::Receiver<bool>) -> Self {
         Self {

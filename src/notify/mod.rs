@@ -12,6 +12,10 @@
 //! instead, and join with their id as a tag: a release there publishes the ids of the waiters it
 //! lets through, and only those are woken, in whichever client they wait.
 //!
+//! Observers ([`Notifier::watch`]) are not waiters: each hears every message on its channel, in
+//! order, through a bounded buffer (a full buffer drops the message and says so), and keeps the
+//! channel subscribed while it lives. An election's observers use them.
+//!
 //! Only the oldest local waiter (the front) keeps a fallback timer, set to the moment the
 //! holder's lease would run out; the others wait for their turn. If the subscription connection
 //! drops, every waiter falls back to jittered backoff polling until it is back, and all are
@@ -22,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::backend::{Listener, Subscriber};
@@ -30,6 +34,9 @@ use crate::protocol::wake::{self, Grant, Wake};
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(2);
+
+/// How many messages an observer's buffer holds before it drops one (and is told so).
+const WATCH_BUFFER: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SubState {
@@ -73,9 +80,19 @@ impl Slot {
     }
 }
 
+/// An observer's end in the registry.
+#[derive(Debug)]
+struct Watcher {
+    id: u64,
+    tx: mpsc::Sender<Box<[u8]>>,
+    /// A message was dropped because the buffer was full.
+    lagged: Arc<AtomicBool>,
+}
+
 #[derive(Debug, Default)]
 struct Queue {
     slots: VecDeque<Arc<Slot>>,
+    watchers: Vec<Watcher>,
     /// When the current holder's lease runs out, as last seen by a local waiter.
     holder_deadline: Option<Instant>,
     /// Since when the queue has been empty.
@@ -135,6 +152,8 @@ struct Shared {
     channels: StdMutex<HashMap<String, Arc<Channel>>>,
     subscriber: Subscriber,
     connected: AtomicBool,
+    /// The id of the next observer.
+    watchers: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -170,6 +189,7 @@ impl Notifier {
                 channels: StdMutex::new(HashMap::new()),
                 subscriber,
                 connected: AtomicBool::new(false),
+                watchers: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -212,12 +232,37 @@ impl Notifier {
         )
     }
 
-    fn join_slot(&self, name: &str, slot: Slot) -> Waiter {
-        let slot = Arc::new(slot);
-        // The slot is queued under the registry lock, so the sweep cannot retire the channel
-        // between finding it and joining it.
+    /// Registers an observer of `name`: it hears every message on the channel from now on,
+    /// and keeps the channel subscribed until it is dropped.
+    pub(crate) fn watch(&self, name: &str) -> Watch {
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let lagged = Arc::new(AtomicBool::new(false));
+        let id = self.shared.watchers.fetch_add(1, Ordering::Relaxed);
         let mut channels = self.shared.channels();
-        let channel = match channels.get(name) {
+        let channel = self.channel(&mut channels, name);
+        {
+            let mut q = channel.queue();
+            q.watchers.push(Watcher {
+                id,
+                tx,
+                lagged: Arc::clone(&lagged),
+            });
+            q.idle_since = None;
+        }
+        drop(channels);
+        let state = channel.state.subscribe();
+        Watch {
+            channel,
+            id,
+            rx,
+            lagged,
+            state,
+        }
+    }
+
+    /// The registry's entry for `name`, made (and subscribed) if there is none.
+    fn channel(&self, channels: &mut HashMap<String, Arc<Channel>>, name: &str) -> Arc<Channel> {
+        match channels.get(name) {
             Some(c) => Arc::clone(c),
             None => {
                 let state = if self.shared.connected.load(Ordering::Acquire) {
@@ -236,7 +281,15 @@ impl Notifier {
                 }
                 c
             }
-        };
+        }
+    }
+
+    fn join_slot(&self, name: &str, slot: Slot) -> Waiter {
+        let slot = Arc::new(slot);
+        // The slot is queued under the registry lock, so the sweep cannot retire the channel
+        // between finding it and joining it.
+        let mut channels = self.shared.channels();
+        let channel = self.channel(&mut channels, name);
         {
             let mut q = channel.queue();
             q.slots.push_back(Arc::clone(&slot));
@@ -339,6 +392,72 @@ impl Drop for Waiter {
     }
 }
 
+/// What an observer hears next.
+#[derive(Debug)]
+pub(crate) enum Heard {
+    /// A message on the channel.
+    Message(Box<[u8]>),
+    /// Messages were dropped (the buffer was full): what they said must be read afresh.
+    Lagged,
+    /// The subscription is down: messages may be missed from now on.
+    Down,
+}
+
+/// One observer of a channel. Dropping it stops its messages.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    channel: Arc<Channel>,
+    id: u64,
+    rx: mpsc::Receiver<Box<[u8]>>,
+    lagged: Arc<AtomicBool>,
+    state: watch::Receiver<SubState>,
+}
+
+impl Watch {
+    /// Waits until the subscription is confirmed (true), or the registry is gone (false).
+    pub(crate) async fn active(&mut self) -> bool {
+        self.state
+            .wait_for(|s| *s == SubState::Active)
+            .await
+            .is_ok()
+    }
+
+    /// The next message, in the order the channel carried them.
+    ///
+    /// Cancel safe: a message is taken only when it is returned.
+    pub(crate) async fn next(&mut self) -> Heard {
+        loop {
+            if self.lagged.swap(false, Ordering::AcqRel) {
+                return Heard::Lagged;
+            }
+            if *self.state.borrow_and_update() == SubState::Down {
+                return Heard::Down;
+            }
+            tokio::select! {
+                biased;
+                message = self.rx.recv() => {
+                    return message.map_or(Heard::Down, Heard::Message);
+                }
+                changed = self.state.changed() => {
+                    if changed.is_err() {
+                        return Heard::Down;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut q = self.channel.queue();
+        q.watchers.retain(|w| w.id != self.id);
+        if q.slots.is_empty() && q.watchers.is_empty() {
+            q.idle_since = Some(Instant::now());
+        }
+    }
+}
+
 impl Listener for Shared {
     fn channels(&self) -> Vec<String> {
         self.channels().keys().cloned().collect()
@@ -380,7 +499,18 @@ impl Listener for Shared {
         match wake::parse(payload) {
             Wake::Count(n) => queue.wake(n),
             Wake::Named(named) => queue.wake_named(&named),
+            Wake::Leader { .. } => {}
         }
+        queue
+            .watchers
+            .retain(|w| match w.tx.try_send(payload.into()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    w.lagged.store(true, Ordering::Release);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
     }
 
     /// Removes and returns the channels that have had no waiter for longer than [`LINGER`].
@@ -391,7 +521,9 @@ impl Listener for Shared {
             .iter()
             .filter(|(_, c)| {
                 let q = c.queue();
-                q.slots.is_empty() && q.idle_since.is_some_and(|t| now - t >= LINGER)
+                q.slots.is_empty()
+                    && q.watchers.is_empty()
+                    && q.idle_since.is_some_and(|t| now - t >= LINGER)
             })
             .map(|(name, _)| name.clone())
             .collect();

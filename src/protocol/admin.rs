@@ -8,7 +8,7 @@ use redis::Value;
 
 use super::reply::{Reply, int};
 use super::scripts::{FORCE_UNLOCK, INSPECT};
-use super::{FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT};
+use super::{ELECTION_LAYOUT, FAIR_LAYOUT, MUTEX_LAYOUT, RWLOCK_LAYOUT, SEMAPHORE_LAYOUT};
 use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result, wrong_type};
 use crate::inspect::{ForceUnlocked, HolderInfo, LockKind, Snapshot, WaiterInfo, Wants};
@@ -93,6 +93,7 @@ fn kind_of(layout: &str, keys: &LockKeys) -> Result<Option<LockKind>> {
         FAIR_LAYOUT => Some(LockKind::FairMutex),
         SEMAPHORE_LAYOUT => Some(LockKind::Semaphore),
         RWLOCK_LAYOUT => Some(LockKind::RwLock),
+        ELECTION_LAYOUT => Some(LockKind::Election),
         _ => {
             return Err(Error::Layout {
                 key: keys.lock.clone(),

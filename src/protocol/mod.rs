@@ -6,6 +6,7 @@
 //! * [`mutex`]: the plain mutex's acquire, release and batched extend;
 //! * [`queue`]: the queued primitives' (fair mutex, semaphore, read-write lock), and the queue
 //!   member and waiter id formats;
+//! * [`election`]: the leader's record of an election (whose hold is the queue scripts');
 //! * [`admin`]: `inspect` and `force_unlock`;
 //! * [`wake`]: the grammar of the messages releases publish on a name's channel.
 //!
@@ -13,6 +14,7 @@
 //! are in `lua/README.md`.
 
 pub(crate) mod admin;
+pub(crate) mod election;
 pub(crate) mod mutex;
 pub(crate) mod queue;
 mod reply;
@@ -30,6 +32,7 @@ pub(crate) const MUTEX_LAYOUT: &str = "mutex:2";
 pub(crate) const FAIR_LAYOUT: &str = "fair:1";
 pub(crate) const SEMAPHORE_LAYOUT: &str = "semaphore:1";
 pub(crate) const RWLOCK_LAYOUT: &str = "rwlock:1";
+pub(crate) const ELECTION_LAYOUT: &str = "election:1";
 
 /// What a name is used as, and so which scripts and layout serve it. Each stores its own layout
 /// tag, so one name cannot be used as two kinds at once.
@@ -41,6 +44,9 @@ pub(crate) enum Family {
     Fair,
     Semaphore,
     RwLock,
+    /// A leader election: a fair mutex's queue and hold under a tag of its own, with the
+    /// leader's record beside them (the `elect_*` scripts).
+    Election,
 }
 
 impl Family {
@@ -51,6 +57,7 @@ impl Family {
             Self::Fair => "fair_mutex",
             Self::Semaphore => "semaphore",
             Self::RwLock => "rwlock",
+            Self::Election => "election",
         }
     }
 
@@ -60,6 +67,7 @@ impl Family {
             Self::Fair => FAIR_LAYOUT,
             Self::Semaphore => SEMAPHORE_LAYOUT,
             Self::RwLock => RWLOCK_LAYOUT,
+            Self::Election => ELECTION_LAYOUT,
         }
     }
 
@@ -70,6 +78,7 @@ impl Family {
             Self::Fair => "FairMutex",
             Self::Semaphore => "Semaphore",
             Self::RwLock => "RwLock",
+            Self::Election => "Election",
         }
     }
 

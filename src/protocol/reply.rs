@@ -114,6 +114,15 @@ impl Reply {
             })
     }
 
+    /// The UTF-8 text at `index`, if it is one.
+    pub(crate) fn text(&self, index: usize) -> Option<String> {
+        match self.items.get(index)? {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn unexpected(&self, status: i64) -> Error {
         Error::Protocol {
             script: self.script,

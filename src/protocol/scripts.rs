@@ -81,6 +81,8 @@ script!(
     "queue_lib.lua",
     "queue_extend.lua"
 );
+script!(ELECT_PROCLAIM, "elect_proclaim.lua");
+script!(ELECT_LEADER, "elect_leader.lua");
 script!(INSPECT, "keys_lib.lua", "mutex_lib.lua", "inspect.lua");
 script!(
     FORCE_UNLOCK,
@@ -99,6 +101,8 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &QUEUE_ACQUIRE,
         &QUEUE_RELEASE,
         &QUEUE_EXTEND,
+        &ELECT_PROCLAIM,
+        &ELECT_LEADER,
         &INSPECT,
         &FORCE_UNLOCK,
     ]
@@ -152,13 +156,23 @@ mod tests {
             ),
             (
                 &*INSPECT,
-                "af5add4ef2444ac89ce4a93c4fed7436b177b05a",
-                "184a04824a48ff0269cc49fc208cac7e822d3620",
+                "ff0332495d6970831bbd5d734f86b88059ec5f47",
+                "fb215a0f2dab9e0e2662b896ed39453cdfa4a892",
             ),
             (
                 &*FORCE_UNLOCK,
-                "b250f4fbb0e972669a5b9f29d2aa48f9ead37424",
-                "1e842c396527f90435a688b47bbdb02288d9af12",
+                "087e1f4f3165a550d692c93b052d5e8f6aed5371",
+                "897322b61f568b0828566986eb7dbb4e3133a4bd",
+            ),
+            (
+                &*ELECT_PROCLAIM,
+                "f3a756a92c3374660f184d6244fc5327940ccadd",
+                "a197b692cc80b23eca6c751cfc7f829ade070188",
+            ),
+            (
+                &*ELECT_LEADER,
+                "7d65d916e09bc3fb240cb36850e6db8f2909d4f5",
+                "dc47a1e31c6c9f55b399e6c255406034c0f42c53",
             ),
         ];
         for (script, plain, sharded) in pins {
@@ -208,6 +222,14 @@ mod tests {
             (
                 "force_unlock",
                 include_str!("../../lua/v1/force_unlock.lua"),
+            ),
+            (
+                "elect_proclaim",
+                include_str!("../../lua/v1/elect_proclaim.lua"),
+            ),
+            (
+                "elect_leader",
+                include_str!("../../lua/v1/elect_leader.lua"),
             ),
         ];
         for (name, src) in mutex.into_iter().chain(queue) {

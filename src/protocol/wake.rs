@@ -8,8 +8,11 @@
 //!   woken. With the suffix, the release handed that waiter's place in the queue (the one with
 //!   that ticket) the hold, with that fencing token, for a first term of that many ms; a bare id
 //!   asks the waiter to look again.
+//! * `=<term>:<seq>`, then a newline and a value: an election's leader record (version `seq` of
+//!   term `term`; without the value, the leader of that term resigned). It wakes nobody; the
+//!   election's observers read it.
 //!
-//! A message that is neither wakes one waiter, so nothing is lost by a message we cannot read.
+//! A message that is none of these wakes one waiter, so nothing is lost by a message we cannot read.
 
 use std::time::Duration;
 
@@ -20,6 +23,12 @@ pub(crate) enum Wake<'a> {
     Count(usize),
     /// These waiters are named.
     Named(Vec<Named<'a>>),
+    /// An election's leader record: `value` is `None` for a resign.
+    Leader {
+        term: u64,
+        seq: u64,
+        value: Option<&'a str>,
+    },
 }
 
 /// A waiter named in a message.
@@ -47,6 +56,19 @@ pub(crate) fn parse(payload: &[u8]) -> Wake<'_> {
     };
     if let Ok(n) = text.parse() {
         return Wake::Count(n);
+    }
+    if let Some(record) = text.strip_prefix('=') {
+        let (head, value) = match record.split_once('\n') {
+            Some((head, value)) => (head, Some(value)),
+            None => (record, None),
+        };
+        if let Some((term, seq)) = head
+            .split_once(':')
+            .and_then(|(t, s)| t.parse().ok().zip(s.parse().ok()))
+        {
+            return Wake::Leader { term, seq, value };
+        }
+        return Wake::Count(1);
     }
     // `n@<release id>`: a Redlock release, published alike by every node.
     if let Some(n) = text.split_once('@').and_then(|(n, _)| n.parse().ok()) {
@@ -91,6 +113,23 @@ mod tests {
         assert_eq!(parse(b"1@3f2a9c"), Wake::Count(1));
         assert_eq!(parse(b"\xff"), Wake::Count(1));
         assert_eq!(parse(b""), Wake::Count(1));
+        assert_eq!(
+            parse(b"=1700000000000000:2\nnode a: 10.0.0.1\n"),
+            Wake::Leader {
+                term: 1_700_000_000_000_000,
+                seq: 2,
+                value: Some("node a: 10.0.0.1\n")
+            }
+        );
+        assert_eq!(
+            parse(b"=17:3"),
+            Wake::Leader {
+                term: 17,
+                seq: 3,
+                value: None
+            }
+        );
+        assert_eq!(parse(b"=x"), Wake::Count(1));
         assert_eq!(
             parse(b"c1/o1:42:30000:7 c2/o2 c3/o3:43:500"),
             Wake::Named(vec![

@@ -2,6 +2,7 @@
 //! the acquisition [`Engine`](crate::acquire::Engine) of its name and turns what it grants into
 //! its guard; the guards wrap a [`Held`](crate::lease::Held).
 
+mod election;
 mod fair;
 mod guard;
 mod mutex;
@@ -9,6 +10,7 @@ mod permit;
 mod rwlock;
 mod semaphore;
 
+pub use election::{Election, Leader, LeaderStream, Leadership, MAX_LEADER_VALUE};
 pub use fair::FairMutex;
 pub use guard::MutexGuard;
 pub use mutex::Mutex;

@@ -1,0 +1,373 @@
+//! Leader election: candidates of many clients lead in FIFO order with strictly rising terms,
+//! observers see every change in order, a leader cut off from Redis learns `lost()` and its
+//! term is refused by a fenced store once the next leader wrote, and nothing is left behind.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redlatch::{Error, Leader, LeaderStream, LockKind};
+use redlatch_harness::proxy::{Mode, Proxy};
+use redlatch_harness::resource::Resource;
+use support::{TestRedis, until, within};
+use tokio::sync::mpsc;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Collects an observer's items until `last` has been seen and then nobody leads.
+async fn watch_until(mut stream: LeaderStream, last: String) -> Vec<Option<Leader>> {
+    let mut seen = Vec::new();
+    let mut done = false;
+    while let Some(item) = stream.next().await {
+        let item = item.expect("observer item");
+        if item.as_ref().is_some_and(|l| l.value == last) {
+            done = true;
+        } else if done && item.is_none() {
+            seen.push(item);
+            break;
+        }
+        seen.push(item);
+    }
+    seen
+}
+
+#[tokio::test]
+async fn candidates_lead_in_turn_and_observers_see_every_change_in_order() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..5).map(|_| redis.client()).collect();
+        let observers: Vec<_> = (0..2).map(|_| redis.client()).collect();
+        let mut streams = Vec::new();
+        for o in &observers {
+            let mut stream = o.election("jobs").unwrap().observe().await.unwrap();
+            // The first item is the present: nobody leads yet.
+            assert_eq!(stream.next().await.unwrap().unwrap(), None);
+            streams.push(tokio::spawn(watch_until(stream, "c4 serving".to_owned())));
+        }
+
+        // Candidate 0 leads; 1..=4 queue behind it, in this order.
+        let first = clients[0]
+            .election("jobs")
+            .unwrap()
+            .campaign("c0")
+            .await
+            .unwrap();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for (i, client) in clients.iter().enumerate().skip(1) {
+            let election = client.election("jobs").unwrap();
+            let done = done_tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut leadership = election.campaign(format!("c{i}")).await.unwrap();
+                let term = leadership.term();
+                leadership.proclaim(format!("c{i} serving")).await.unwrap();
+                done.send((i, term)).unwrap();
+                leadership.resign().await.unwrap();
+            }));
+            until(|| async { redis.queued(client, "jobs").await == i }).await;
+        }
+        let snapshot = clients[0].inspect("jobs").await.unwrap();
+        assert_eq!(snapshot.kind, Some(LockKind::Election));
+        assert_eq!(snapshot.holders.len(), 1);
+        assert_eq!(snapshot.waiters.len(), 4);
+        let leader = clients[3].election("jobs").unwrap().leader().await.unwrap();
+        assert_eq!(
+            leader.map(|l| (l.term, l.value)),
+            Some((first.term(), "c0".to_owned()))
+        );
+
+        let mut first = first;
+        first.proclaim("c0 serving").await.unwrap();
+        let first_term = first.term();
+        first.resign().await.unwrap();
+        drop(done_tx);
+        let mut order = vec![(0, first_term)];
+        while let Some(led) = done_rx.recv().await {
+            order.push(led);
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // FIFO: the candidates led in the order they stood, with strictly rising terms.
+        assert_eq!(
+            order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+
+        // Every observer saw every record, in order: each leader's first value, then its
+        // second; between leaders, nobody (the resignation).
+        let expected: Vec<(u64, String)> = order
+            .iter()
+            .flat_map(|(i, term)| [(*term, format!("c{i}")), (*term, format!("c{i} serving"))])
+            .collect();
+        for stream in streams {
+            let seen = stream.await.unwrap();
+            let records: Vec<(u64, String)> = seen
+                .iter()
+                .flatten()
+                .map(|l| (l.term, l.value.clone()))
+                .collect();
+            assert_eq!(records, expected, "{seen:?}");
+            assert!(seen.windows(2).all(|w| w[0] != w[1]), "{seen:?}");
+            assert_eq!(seen.last(), Some(&None));
+        }
+        assert_eq!(
+            clients[1].election("jobs").unwrap().leader().await.unwrap(),
+            None
+        );
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let lease = Duration::from_secs(1);
+        let upstream = redis
+            .url
+            .trim_start_matches("redis://")
+            .parse()
+            .expect("a loopback address");
+        let proxy = Proxy::start(upstream).await.unwrap();
+        let pool = deadpool_redis::Config::from_url(proxy.url())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        let cut = redlatch::LockClient::builder(pool, proxy.url().as_str())
+            .key_prefix(&redis.prefix)
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let watcher = redis.client();
+        let store = Resource::new(&redis.prefix, "store");
+        let mut conn = redis.conn().await;
+
+        let mut changes = watcher
+            .election("svc")
+            .unwrap()
+            .with_lease(lease)
+            .unwrap()
+            .observe()
+            .await
+            .unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+
+        let old = cut
+            .election("svc")
+            .unwrap()
+            .with_lease(lease)
+            .unwrap()
+            .campaign("old")
+            .await
+            .unwrap();
+        assert!(store.fenced_write(&mut conn, old.term()).await.unwrap());
+        let next = {
+            let election = other.election("svc").unwrap().with_lease(lease).unwrap();
+            tokio::spawn(async move { election.campaign("new").await })
+        };
+        until(|| async { redis.queued(&other, "svc").await == 1 }).await;
+
+        // The old leader is cut off (as a paused process would be): it cannot renew, learns
+        // that its lease is lost, and the queued candidate leads once the lease ran out.
+        proxy.set(Mode::Blackhole);
+        old.lost().await;
+        assert!(!old.is_held());
+        let new = next.await.unwrap().unwrap();
+        assert!(new.term() > old.term());
+        assert!(store.fenced_write(&mut conn, new.term()).await.unwrap());
+        // The old leader's late write carries its old term: refused.
+        assert!(!store.fenced_write(&mut conn, old.term()).await.unwrap());
+
+        // The observer saw the old leader, then the new one (maybe nobody between).
+        let mut records = Vec::new();
+        while records.len() < 2 {
+            if let Some(l) = changes.next().await.unwrap().unwrap() {
+                records.push((l.term, l.value));
+            }
+        }
+        assert_eq!(
+            records,
+            [
+                (old.term(), "old".to_owned()),
+                (new.term(), "new".to_owned())
+            ]
+        );
+
+        // Healed, the old leader's proclaim and resign are refused: it does not lead.
+        proxy.set(Mode::Pass);
+        let mut old = old;
+        assert!(matches!(
+            old.proclaim("still me?").await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert!(old.resign().await.is_err());
+        let leader = other.election("svc").unwrap().leader().await.unwrap();
+        assert_eq!(leader.map(|l| l.value), Some("new".to_owned()));
+        new.resign().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        until(|| async {
+            redis
+                .leftovers()
+                .await
+                .iter()
+                .all(|k| k.contains(":resource:"))
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_dropped_leadership_resigns_and_the_next_candidate_leads() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let a = redis.client();
+        let b = redis.client();
+        let mut changes = b.election("e").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let first = a.election("e").unwrap().campaign("a").await.unwrap();
+        let term = first.term();
+        let next = {
+            let election = b.election("e").unwrap();
+            tokio::spawn(async move { election.campaign("b").await })
+        };
+        until(|| async { redis.queued(&b, "e").await == 1 }).await;
+        drop(first);
+        let second = next.await.unwrap().unwrap();
+        assert!(second.term() > term);
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            seen.push(changes.next().await.unwrap().unwrap());
+        }
+        assert_eq!(
+            seen.iter()
+                .map(|l| l.as_ref().map(|l| l.value.as_str()))
+                .collect::<Vec<_>>(),
+            [Some("a"), None, Some("b")]
+        );
+        drop(second);
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_observer_ends_with_a_typed_error_when_its_subscription_is_lost() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut changes = client.election("e").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let mut conn = redis.conn().await;
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(killed >= 1);
+        assert!(matches!(
+            changes.next().await,
+            Some(Err(Error::Unsubscribed { ref name })) if name == "e"
+        ));
+        assert!(changes.next().await.is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_values_and_foreign_data_are_refused_and_left_unchanged() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let election = client.election("e").unwrap();
+        let too_long = "x".repeat(redlatch::MAX_LEADER_VALUE + 1);
+        assert!(matches!(
+            election.campaign(too_long.clone()).await,
+            Err(Error::InvalidArgument { .. })
+        ));
+        let mut leadership = election.campaign("v1").await.unwrap();
+        assert!(matches!(
+            leadership.proclaim(too_long).await,
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert_eq!(leadership.value(), "v1");
+        assert_eq!(
+            election.leader().await.unwrap().map(|l| l.value),
+            Some("v1".to_owned())
+        );
+        // The name is an election: the fair mutex of the same name is refused, and the other
+        // way round.
+        assert!(matches!(
+            client.fair_mutex("e").unwrap().try_lock().await,
+            Err(Error::Layout { .. })
+        ));
+        leadership.resign().await.unwrap();
+        let fair = client.fair_mutex("f").unwrap().lock().await.unwrap();
+        assert!(matches!(
+            client.election("f").unwrap().leader().await,
+            Err(Error::Layout { .. })
+        ));
+        assert!(matches!(
+            client.election("f").unwrap().campaign("x").await,
+            Err(Error::Layout { .. })
+        ));
+        fair.unlock().await.unwrap();
+
+        // Data redlatch did not write: refused, and left exactly as it was.
+        let mut conn = redis.conn().await;
+        let key = format!("{}:{{users}}", redis.prefix);
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("alice")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let users = client.election("users").unwrap();
+        assert!(matches!(users.leader().await, Err(Error::WrongType { .. })));
+        assert!(matches!(
+            users.campaign("x").await,
+            Err(Error::WrongType { .. })
+        ));
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(value, "alice");
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn force_unlock_deposes_a_leader() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let leadership = client.election("e").unwrap().campaign("v").await.unwrap();
+        let removed = client.force_unlock("e").await.unwrap();
+        assert_eq!(removed.kind, Some(LockKind::Election));
+        assert_eq!(removed.holders, 1);
+        assert_eq!(client.election("e").unwrap().leader().await.unwrap(), None);
+        // The deposed leader finds out at its next renewal, or when it speaks.
+        let mut leadership = leadership;
+        assert!(matches!(
+            leadership.proclaim("w").await,
+            Err(Error::NotHeld { .. })
+        ));
+        drop(leadership);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
