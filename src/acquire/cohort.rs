@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Ask, Engine};
@@ -21,13 +22,22 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     let (cohort, entered) = engine.core.cohorts.enter(&engine.name, settings);
     let (release, head_start) = match entered {
         Entered::Lead => (None, false),
-        Entered::Wait(mut turn) => {
+        Entered::Wait(turn) => {
             // Waits behind this client's leader: counted while it does.
             let waiting = crate::meter::Waiting::new(engine.family.label());
+            let mut place = Place {
+                turn,
+                cohort: Arc::clone(&cohort),
+            };
             let turn = tokio::select! {
                 // A turn lost on its way (its sender dropped unsent) is the turn to lead.
-                turn = &mut turn => turn.unwrap_or(Turn::Lead { release: None, head_start: false }),
+                turn = &mut place.turn => turn.unwrap_or(Turn::Lead { release: None, head_start: false }),
                 () = sleep_until(deadline) => {
+                    // A hold passed just as the deadline came is taken; a turn to lead goes
+                    // on to the next waiter (when `place` is dropped).
+                    if let Some(held) = place.passed() {
+                        return Ok(held);
+                    }
                     return Err(Error::Timeout {
                         waited: timeout.unwrap_or_default(),
                         lease_left: cohort.lease_left(),
@@ -79,6 +89,39 @@ async fn released(engine: &Engine, lease: Lease) -> bool {
         tracing::debug!(lock = %engine.name, error = %err, "releasing a hold let go failed; its lease will run out");
         false
     })
+}
+
+/// A local waiter's place in its cohort's queue. A turn sent to it as it gives up (its deadline
+/// came, or its future was dropped) is not lost with it: a passed hold is let go again (to the
+/// next waiter, or released in Redis), and a turn to lead goes to the next waiter. Without
+/// this, a turn to lead dropped unread left every other waiter of the client waiting for a
+/// leader that never came.
+struct Place {
+    turn: oneshot::Receiver<Turn>,
+    cohort: Arc<Cohort>,
+}
+
+impl Place {
+    /// The hold passed to this waiter, if one has just come; a turn to lead that came instead
+    /// goes on to the next waiter.
+    fn passed(&mut self) -> Option<Held> {
+        self.turn.close();
+        match self.turn.try_recv() {
+            Ok(Turn::Pass(held)) => Some(held),
+            Ok(lead) => {
+                self.cohort.hand_on(lead);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        // A passed hold dropped here is let go as any: to the next waiter, or to Redis.
+        drop(self.passed());
+    }
 }
 
 /// A leader that has not taken the lock: if it fails or is cancelled, the next local waiter
