@@ -233,6 +233,60 @@ async fn fair_waiters_are_served_in_order_on_every_master() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_lead_in_turn_and_are_observed_on_every_master() {
+    use futures_util::StreamExt;
+
+    let t = TestCluster::start(0);
+    within(LIMIT, async {
+        let clients: Vec<_> = (0..4).map(|_| t.client()).collect();
+        for name in t.names_on_every_master("elect") {
+            // The observer hears the records by sharded pub/sub, from the name's master.
+            let mut changes = clients[3].election(&name).unwrap().observe().await.unwrap();
+            assert_eq!(changes.next().await.unwrap().unwrap(), None);
+            let first = clients[0]
+                .election(&name)
+                .unwrap()
+                .campaign("c0")
+                .await
+                .unwrap();
+            let mut tasks = Vec::new();
+            for i in 1..3 {
+                let election = clients[i].election(&name).unwrap();
+                tasks.push(tokio::spawn(async move {
+                    let leadership = election.campaign(format!("c{i}")).await.unwrap();
+                    let term = leadership.term();
+                    leadership.resign().await.unwrap();
+                    term
+                }));
+                until(|| async { clients[0].inspect(&name).await.unwrap().waiters.len() == i })
+                    .await;
+            }
+            let mut terms = vec![first.term()];
+            first.resign().await.unwrap();
+            for task in tasks {
+                terms.push(task.await.unwrap());
+            }
+            assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+            let mut seen = Vec::new();
+            while seen.len() < 3 {
+                if let Some(leader) = changes.next().await.unwrap().unwrap() {
+                    seen.push((leader.term, leader.value));
+                }
+            }
+            let expected: Vec<(u64, String)> = terms
+                .iter()
+                .enumerate()
+                .map(|(i, term)| (*term, format!("c{i}")))
+                .collect();
+            assert_eq!(seen, expected, "{name}");
+            assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        }
+        until(|| async { t.leftovers().is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphores_and_rwlocks_keep_their_bounds_on_every_master() {
     let t = TestCluster::start(0);
     within(LIMIT, async {

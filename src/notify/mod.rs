@@ -87,6 +87,8 @@ struct Watcher {
     tx: mpsc::Sender<Box<[u8]>>,
     /// A message was dropped because the buffer was full.
     lagged: Arc<AtomicBool>,
+    /// The subscription went down since the observer last looked, even if it is back now.
+    down: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -170,7 +172,13 @@ impl Shared {
         };
         for channel in chosen {
             channel.state.send_replace(state);
-            channel.queue().wake_all();
+            let mut q = channel.queue();
+            if state == SubState::Down {
+                for w in &q.watchers {
+                    w.down.store(true, Ordering::Release);
+                }
+            }
+            q.wake_all();
         }
     }
 }
@@ -237,6 +245,7 @@ impl Notifier {
     pub(crate) fn watch(&self, name: &str) -> Watch {
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let lagged = Arc::new(AtomicBool::new(false));
+        let down = Arc::new(AtomicBool::new(false));
         let id = self.shared.watchers.fetch_add(1, Ordering::Relaxed);
         let mut channels = self.shared.channels();
         let channel = self.channel(&mut channels, name);
@@ -246,6 +255,7 @@ impl Notifier {
                 id,
                 tx,
                 lagged: Arc::clone(&lagged),
+                down: Arc::clone(&down),
             });
             q.idle_since = None;
         }
@@ -256,6 +266,7 @@ impl Notifier {
             id,
             rx,
             lagged,
+            down,
             state,
         }
     }
@@ -410,16 +421,21 @@ pub(crate) struct Watch {
     id: u64,
     rx: mpsc::Receiver<Box<[u8]>>,
     lagged: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
     state: watch::Receiver<SubState>,
 }
 
 impl Watch {
-    /// Waits until the subscription is confirmed (true), or the registry is gone (false).
+    /// Waits until the subscription is confirmed (true), or the registry is gone (false). A
+    /// drop of the subscription before then does not count against the observer.
     pub(crate) async fn active(&mut self) -> bool {
-        self.state
+        let active = self
+            .state
             .wait_for(|s| *s == SubState::Active)
             .await
-            .is_ok()
+            .is_ok();
+        self.down.store(false, Ordering::Release);
+        active
     }
 
     /// The next message, in the order the channel carried them.
@@ -430,7 +446,10 @@ impl Watch {
             if self.lagged.swap(false, Ordering::AcqRel) {
                 return Heard::Lagged;
             }
-            if *self.state.borrow_and_update() == SubState::Down {
+            // Down now, or down and back since the last look: messages may have been missed.
+            if self.down.load(Ordering::Acquire)
+                || *self.state.borrow_and_update() == SubState::Down
+            {
                 return Heard::Down;
             }
             tokio::select! {
