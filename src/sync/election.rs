@@ -21,6 +21,7 @@ use crate::notify::{Heard, Watch};
 use crate::protocol::election::{Proclaim, ReadLeader, Reading, Version};
 use crate::protocol::wake::{self, Wake};
 use crate::protocol::{Claim, Family};
+use crate::time::after;
 use crate::token::OwnerToken;
 
 /// The longest value a leader may proclaim, in bytes. Every change is published whole to every
@@ -640,7 +641,7 @@ impl Observer {
         if reading.leader.is_none() {
             return;
         }
-        let deadline = Instant::now() + CATCH_UP;
+        let deadline = after(Instant::now(), CATCH_UP);
         while self.version < reading.version && !self.ended {
             tokio::select! {
                 heard = self.watch.next() => match heard {
@@ -679,7 +680,7 @@ impl Observer {
                     // A leader's lease is at most a lease from now; a read then learns more.
                     self.timer = now
                         .is_some()
-                        .then(|| Instant::now() + self.engine.lease + LATE);
+                        .then(|| after(Instant::now(), self.engine.lease.saturating_add(LATE)));
                     self.show(now);
                 }
             }
@@ -695,7 +696,8 @@ impl Observer {
         let now = leader_of(&reading);
         match &reading.leader {
             Some((_, left)) => {
-                self.timer = Some(Instant::now() + *left + LATE);
+                // The lease left comes from Redis: saturated, never an overflow.
+                self.timer = Some(after(Instant::now(), left.saturating_add(LATE)));
                 if reading.version >= self.version {
                     self.version = reading.version;
                     self.show(now);
