@@ -34,7 +34,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
                 turn = &mut place.turn => turn.unwrap_or(Turn::Lead { release: None, head_start: false }),
                 () = sleep_until(deadline) => {
                     // A hold passed just as the deadline came is taken; a turn to lead goes
-                    // on to the next waiter (when `place` is dropped).
+                    // on to the next waiter at once.
                     if let Some(held) = place.passed() {
                         return Ok(held);
                     }

@@ -12,7 +12,8 @@
 //!   term `term`; without the value, the leader of that term resigned). It wakes nobody; the
 //!   election's observers read it.
 //!
-//! A message that is none of these wakes one waiter, so nothing is lost by a message we cannot read.
+//! A message that is none of these wakes one waiter, so nothing is lost by a message we cannot
+//! read.
 
 use std::time::Duration;
 
