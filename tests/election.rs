@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redlatch::{Error, Leader, LeaderStream, LockKind};
-use redlatch_harness::proxy::{Mode, Proxy};
+use redlatch_harness::proxy::Mode;
 use redlatch_harness::resource::Resource;
 use support::{TestRedis, until, within};
 use tokio::sync::mpsc;
@@ -127,19 +127,8 @@ async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store(
     let redis = TestRedis::own();
     within(LIMIT, async {
         let lease = Duration::from_secs(1);
-        let upstream = redis
-            .url
-            .trim_start_matches("redis://")
-            .parse()
-            .expect("a loopback address");
-        let proxy = Proxy::start(upstream).await.unwrap();
-        let pool = deadpool_redis::Config::from_url(proxy.url())
-            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-            .unwrap();
-        let cut = redlatch::LockClient::builder(pool, proxy.url().as_str())
-            .key_prefix(&redis.prefix)
-            .build()
-            .unwrap();
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
         let other = redis.client();
         let watcher = redis.client();
         let store = Resource::new(&redis.prefix, "store");

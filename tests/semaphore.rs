@@ -278,24 +278,15 @@ async fn bad_requests_get_typed_errors() {
 /// the waiter waiting.
 #[tokio::test]
 async fn a_late_hand_over_message_for_a_lost_place_grants_nothing() {
-    use redlatch_harness::proxy::{Mode, Proxy};
+    use redlatch_harness::proxy::Mode;
     use std::sync::atomic::AtomicBool;
 
     let redis = TestRedis::own();
     within(LIMIT, async {
         let lease = Duration::from_secs(1);
-        let upstream = redis
-            .url
-            .trim_start_matches("redis://")
-            .parse()
-            .expect("a loopback address");
-        let proxy = Proxy::start(upstream).await.unwrap();
-        let pool = deadpool_redis::Config::from_url(proxy.url())
-            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-            .unwrap();
+        let (proxy, builder) = redis.through_proxy().await;
         // The cut-off client: short first terms, and retries that keep an attempt in flight.
-        let cut = redlatch::LockClient::builder(pool, proxy.url().as_str())
-            .key_prefix(&redis.prefix)
+        let cut = builder
             .default_lease(lease)
             .waiter_timeout(lease)
             .wait_backoff(Duration::from_millis(1), Duration::from_millis(5))

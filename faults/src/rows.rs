@@ -692,20 +692,18 @@ fn note_observers(bed: &Bed, report: &mut Report) {
             _ => None,
         })
         .collect();
+    // Each worker's sightings of a leader, in the order it logged them.
+    let mut sightings: std::collections::BTreeMap<&String, Vec<u64>> = Default::default();
+    for (id, e) in &events {
+        if let Event::Observed { term, .. } = e
+            && *term > 0
+        {
+            sightings.entry(id).or_default().push(*term);
+        }
+    }
     let mut observers = 0;
     let mut changes = 0;
-    let mut ids: Vec<&String> = events.iter().map(|(id, _)| id).collect();
-    ids.sort();
-    ids.dedup();
-    for id in ids {
-        let seen: Vec<u64> = events
-            .iter()
-            .filter(|(who, _)| who == id)
-            .filter_map(|(_, e)| match e {
-                Event::Observed { term, .. } if *term > 0 => Some(*term),
-                _ => None,
-            })
-            .collect();
+    for (id, seen) in sightings {
         let (Some(&first), Some(&last)) = (seen.first(), seen.last()) else {
             continue;
         };

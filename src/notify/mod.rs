@@ -80,15 +80,20 @@ impl Slot {
     }
 }
 
-/// An observer's end in the registry.
+/// What the registry tells an observer beside its messages.
+#[derive(Debug, Default)]
+struct WatchFlags {
+    /// A message was dropped because the buffer was full.
+    lagged: AtomicBool,
+    /// The subscription went down since the observer last looked, even if it is back now.
+    down: AtomicBool,
+}
+
+/// An observer's end in the registry (known by its flags).
 #[derive(Debug)]
 struct Watcher {
-    id: u64,
     tx: mpsc::Sender<Box<[u8]>>,
-    /// A message was dropped because the buffer was full.
-    lagged: Arc<AtomicBool>,
-    /// The subscription went down since the observer last looked, even if it is back now.
-    down: Arc<AtomicBool>,
+    flags: Arc<WatchFlags>,
 }
 
 #[derive(Debug, Default)]
@@ -154,8 +159,6 @@ struct Shared {
     channels: StdMutex<HashMap<String, Arc<Channel>>>,
     subscriber: Subscriber,
     connected: AtomicBool,
-    /// The id of the next observer.
-    watchers: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -175,7 +178,7 @@ impl Shared {
             let mut q = channel.queue();
             if state == SubState::Down {
                 for w in &q.watchers {
-                    w.down.store(true, Ordering::Release);
+                    w.flags.down.store(true, Ordering::Release);
                 }
             }
             q.wake_all();
@@ -197,7 +200,6 @@ impl Notifier {
                 channels: StdMutex::new(HashMap::new()),
                 subscriber,
                 connected: AtomicBool::new(false),
-                watchers: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -244,18 +246,14 @@ impl Notifier {
     /// and keeps the channel subscribed until it is dropped.
     pub(crate) fn watch(&self, name: &str) -> Watch {
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let lagged = Arc::new(AtomicBool::new(false));
-        let down = Arc::new(AtomicBool::new(false));
-        let id = self.shared.watchers.fetch_add(1, Ordering::Relaxed);
+        let flags = Arc::new(WatchFlags::default());
         let mut channels = self.shared.channels();
         let channel = self.channel(&mut channels, name);
         {
             let mut q = channel.queue();
             q.watchers.push(Watcher {
-                id,
                 tx,
-                lagged: Arc::clone(&lagged),
-                down: Arc::clone(&down),
+                flags: Arc::clone(&flags),
             });
             q.idle_since = None;
         }
@@ -263,10 +261,8 @@ impl Notifier {
         let state = channel.state.subscribe();
         Watch {
             channel,
-            id,
             rx,
-            lagged,
-            down,
+            flags,
             state,
         }
     }
@@ -418,10 +414,8 @@ pub(crate) enum Heard {
 #[derive(Debug)]
 pub(crate) struct Watch {
     channel: Arc<Channel>,
-    id: u64,
     rx: mpsc::Receiver<Box<[u8]>>,
-    lagged: Arc<AtomicBool>,
-    down: Arc<AtomicBool>,
+    flags: Arc<WatchFlags>,
     state: watch::Receiver<SubState>,
 }
 
@@ -434,7 +428,7 @@ impl Watch {
             .wait_for(|s| *s == SubState::Active)
             .await
             .is_ok();
-        self.down.store(false, Ordering::Release);
+        self.flags.down.store(false, Ordering::Release);
         active
     }
 
@@ -443,11 +437,11 @@ impl Watch {
     /// Cancel safe: a message is taken only when it is returned.
     pub(crate) async fn next(&mut self) -> Heard {
         loop {
-            if self.lagged.swap(false, Ordering::AcqRel) {
+            if self.flags.lagged.swap(false, Ordering::AcqRel) {
                 return Heard::Lagged;
             }
             // Down now, or down and back since the last look: messages may have been missed.
-            if self.down.load(Ordering::Acquire)
+            if self.flags.down.load(Ordering::Acquire)
                 || *self.state.borrow_and_update() == SubState::Down
             {
                 return Heard::Down;
@@ -470,7 +464,7 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         let mut q = self.channel.queue();
-        q.watchers.retain(|w| w.id != self.id);
+        q.watchers.retain(|w| !Arc::ptr_eq(&w.flags, &self.flags));
         if q.slots.is_empty() && q.watchers.is_empty() {
             q.idle_since = Some(Instant::now());
         }
@@ -525,7 +519,7 @@ impl Listener for Shared {
             .retain(|w| match w.tx.try_send(payload.into()) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    w.lagged.store(true, Ordering::Release);
+                    w.flags.lagged.store(true, Ordering::Release);
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,

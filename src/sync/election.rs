@@ -293,7 +293,6 @@ impl Election {
             shown: None,
             timer: None,
             out: VecDeque::new(),
-            stale: false,
             ended: false,
         };
         observer.apply(reading);
@@ -462,18 +461,7 @@ impl Leadership {
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
         check_value(&value)?;
-        let guard = self.guard()?;
-        let written = self
-            .engine
-            .core
-            .backend
-            .run(&Proclaim {
-                keys: &self.engine.keys,
-                owner: &guard.owner().as_field(),
-                term: guard.fencing_token(),
-                value: Some(&value),
-            })
-            .await?;
+        let written = write_record(&self.engine, self.guard()?, Some(&value)).await?;
         match written {
             Some(_) => {
                 self.value = value;
@@ -505,20 +493,21 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub async fn resign(mut self) -> Result<()> {
-        let told = tell_resigned(&self.engine, self.guard.as_ref()).await;
         let Some(guard) = self.guard.take() else {
-            return told;
+            return Ok(());
         };
-        let released = guard.unlock().await;
-        told.and(released)
+        let told = write_record(&self.engine, &guard, None).await.map(drop);
+        told.and(guard.unlock().await)
     }
 }
 
-/// Publishes that the leader of `guard`'s term resigned (nothing if it no longer leads).
-async fn tell_resigned(engine: &Engine, guard: Option<&MutexGuard>) -> Result<()> {
-    let Some(guard) = guard else {
-        return Ok(());
-    };
+/// Writes the record of `guard`'s leadership and publishes it: its `value`, or on resign
+/// none. `None` if it does not lead with that term any more.
+async fn write_record(
+    engine: &Engine,
+    guard: &MutexGuard,
+    value: Option<&str>,
+) -> Result<Option<u64>> {
     engine
         .core
         .backend
@@ -526,10 +515,9 @@ async fn tell_resigned(engine: &Engine, guard: Option<&MutexGuard>) -> Result<()
             keys: &engine.keys,
             owner: &guard.owner().as_field(),
             term: guard.fencing_token(),
-            value: None,
+            value,
         })
         .await
-        .map(|_| ())
 }
 
 impl Drop for Leadership {
@@ -543,7 +531,7 @@ impl Drop for Leadership {
         };
         let engine = self.engine.clone();
         runtime.spawn(async move {
-            let _ = tell_resigned(&engine, Some(&guard)).await;
+            let _ = write_record(&engine, &guard, None).await;
             drop(guard);
         });
     }
@@ -590,8 +578,6 @@ struct Observer {
     /// When the shown leader's lease ends, unless renewed: read again then.
     timer: Option<Instant>,
     out: VecDeque<Result<Option<Leader>>>,
-    /// Something happened that only a read can tell.
-    stale: bool,
     ended: bool,
 }
 
@@ -611,17 +597,21 @@ impl Observer {
                 },
                 None => Some(self.watch.next().await),
             };
-            match heard {
-                Some(Heard::Message(payload)) => self.heard(&payload),
-                Some(Heard::Lagged) | None => self.stale = true,
+            // Only a read can tell what a dropped message or the leader's lease end changed.
+            let stale = match heard {
+                Some(Heard::Message(payload)) => {
+                    self.heard(&payload);
+                    false
+                }
+                Some(Heard::Lagged) | None => true,
                 Some(Heard::Down) => {
                     self.end(Error::Unsubscribed {
                         name: self.engine.name.to_string(),
                     });
-                    continue;
+                    false
                 }
-            }
-            if std::mem::take(&mut self.stale) {
+            };
+            if stale {
                 self.timer = None;
                 match read(&self.engine).await {
                     Ok(reading) => {

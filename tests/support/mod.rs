@@ -55,6 +55,26 @@ impl TestRedis {
         LockClient::builder(self.pool(), self.url.as_str()).key_prefix(&self.prefix)
     }
 
+    /// A client builder (prefix set) whose connections go through a proxy of their own, to cut
+    /// that client off from the server (`Proxy::set`); the proxy lives as long as it is kept.
+    pub async fn through_proxy(
+        &self,
+    ) -> (redlatch_harness::proxy::Proxy, redlatch::LockClientBuilder) {
+        let upstream = self
+            .url
+            .trim_start_matches("redis://")
+            .parse()
+            .expect("a loopback address");
+        let proxy = redlatch_harness::proxy::Proxy::start(upstream)
+            .await
+            .expect("proxy");
+        let pool = Config::from_url(proxy.url())
+            .create_pool(Some(Runtime::Tokio1))
+            .expect("pool");
+        let builder = LockClient::builder(pool, proxy.url().as_str()).key_prefix(&self.prefix);
+        (proxy, builder)
+    }
+
     /// How many waiters `client` sees queued for `name`.
     pub async fn queued(&self, client: &LockClient, name: &str) -> usize {
         client.inspect(name).await.expect("inspect").waiters.len()
