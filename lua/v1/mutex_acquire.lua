@@ -42,9 +42,9 @@ if floor <= 0 then
 end
 
 if claim ~= 'again' then
-  -- The token is ARGV[6] as the client wrote it (the usual case: no formatting), unless the
-  -- script read the clock.
-  local token = now and string.format('%.0f', floor) or ARGV[6]
+  -- The token is ARGV[6] as the client wrote it when that is a plain whole number (the usual
+  -- case: no formatting), else the floor written out.
+  local token = not now and string.match(ARGV[6], '^[1-9]%d*$') or string.format('%.0f', floor)
   local taken = redis.pcall('SET', lock, mutex_value(token, 1, wait, owner), 'NX', 'PX', lease)
   if type(taken) == 'table' and taken.err then return taken end
   if taken then

@@ -121,8 +121,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "efe15352d38e12444c05c0bb7095b82d98a3e03e",
-                "c51db65f064364f5496730141ea5d41e0abfb28a",
+                "97e8f33e28a0d35fa033b1b45951ec72c81d5a50",
+                "b61ec6f4eae0a7d591f4499e3ae86ca053ff0bfe",
             ),
             (
                 &*MUTEX_RELEASE,
