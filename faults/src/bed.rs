@@ -37,8 +37,9 @@ pub struct Log {
     pub events: Vec<(String, Event)>,
     /// Tasks holding now: (worker, task) → when they acquired.
     holding: HashMap<(String, u32), u64>,
-    /// The task of each worker that holds for its hold flag now.
-    flagged: HashMap<String, u32>,
+    /// The task of each worker that holds for its hold flag now, and the flag's generation it
+    /// took.
+    flagged: HashMap<String, (u32, u64)>,
 }
 
 struct Proc {
@@ -65,6 +66,8 @@ pub struct Bed {
     pub kills: Vec<(String, u64)>,
     /// The faulting flag is set: workers past their sections keep going.
     faulting: bool,
+    /// The generation of each worker's hold flag while it is set; the last one given.
+    flags: StdMutex<(HashMap<String, u64>, u64)>,
 }
 
 impl std::fmt::Debug for Bed {
@@ -76,7 +79,7 @@ impl std::fmt::Debug for Bed {
     }
 }
 
-fn lock_log(log: &StdMutex<Log>) -> std::sync::MutexGuard<'_, Log> {
+fn lock_log<T>(log: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
     log.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -100,6 +103,7 @@ impl Bed {
             proxies: HashMap::new(),
             kills: Vec::new(),
             faulting: false,
+            flags: StdMutex::default(),
         })
     }
 
@@ -172,12 +176,16 @@ impl Bed {
                     }
                     Event::Section(s) => {
                         log.holding.remove(&(id.clone(), s.task));
-                        if log.flagged.get(&id) == Some(&s.task) {
+                        if log
+                            .flagged
+                            .get(&id)
+                            .is_some_and(|(task, _)| *task == s.task)
+                        {
                             log.flagged.remove(&id);
                         }
                     }
-                    Event::Holding { task } => {
-                        log.flagged.insert(id.clone(), *task);
+                    Event::Holding { task, generation } => {
+                        log.flagged.insert(id.clone(), (*task, *generation));
                     }
                     // Releasing: no longer a holder worth a fault.
                     Event::Releasing { task, .. } => {
@@ -253,12 +261,16 @@ impl Bed {
             .map(|((id, _), _)| id.clone())
     }
 
-    /// Waits up to `limit` for a task of worker `id` to hold for its hold flag; true once one
-    /// does.
+    /// Waits up to `limit` for a task of worker `id` to hold for its hold flag as last set;
+    /// true once one does. A section held for an earlier setting does not count: it is ending,
+    /// though its end may not be logged yet.
     pub async fn wait_flag_holder(&self, id: &str, limit: Duration) -> bool {
+        let Some(generation) = lock_log(&self.flags).0.get(id).copied() else {
+            return false;
+        };
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if lock_log(&self.log).flagged.contains_key(id) {
+            if lock_log(&self.log).flagged.get(id).map(|(_, g)| *g) == Some(generation) {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline || !self.is_live(id) {
@@ -343,14 +355,27 @@ impl Bed {
             .map_err(|e| format!("connect: {e}"))
     }
 
-    /// Sets or clears worker `id`'s hold flag: while set, its holding tasks keep holding.
+    /// Sets (to a new generation) or clears worker `id`'s hold flag: while that setting lasts,
+    /// the task that took it keeps holding.
     pub async fn hold_flag(&self, id: &str, on: bool) -> Result<(), String> {
         let mut conn = self.resource_conn().await?;
         let key = hold_flag(&self.prefix, id);
+        let generation = {
+            let mut flags = lock_log(&self.flags);
+            if on {
+                flags.1 += 1;
+                let generation = flags.1;
+                flags.0.insert(id.to_owned(), generation);
+                generation
+            } else {
+                flags.0.remove(id);
+                0
+            }
+        };
         let result: redis::RedisResult<()> = if on {
             redis::cmd("SET")
                 .arg(&key)
-                .arg(1)
+                .arg(generation)
                 .arg("PX")
                 .arg(120_000)
                 .query_async(&mut conn)

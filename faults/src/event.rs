@@ -27,10 +27,13 @@ pub enum Event {
         /// A fixed lease, which nothing renews: it ends at `valid` whatever the holder does.
         fixed: bool,
     },
-    /// A task took the worker's hold flag: it stays in its section until the flag is cleared.
+    /// A task took the worker's hold flag: it stays in its section until the flag is cleared
+    /// or set again.
     Holding {
         /// The task.
         task: u32,
+        /// The setting of the flag it took (the flag's value).
+        generation: u64,
     },
     /// A task calls release now: its section ends here (or at its lease's end, if earlier),
     /// whatever becomes of the process before the release returns.
@@ -135,7 +138,7 @@ impl fmt::Display for Event {
                     what.replace(['\t', '\n'], " ")
                 )
             }
-            Self::Holding { task } => write!(f, "holding\t{task}"),
+            Self::Holding { task, generation } => write!(f, "holding\t{task}\t{generation}"),
             Self::Releasing { task, at } => write!(f, "releasing\t{task}\t{at}"),
             Self::Observed { term, at } => write!(f, "observed\t{term}\t{at}"),
             Self::Done => write!(f, "done"),
@@ -196,7 +199,10 @@ impl FromStr for Event {
                 ask: num(3)?,
                 at: num(4)?,
             }),
-            Some("holding") => Ok(Self::Holding { task: task(1)? }),
+            Some("holding") => Ok(Self::Holding {
+                task: task(1)?,
+                generation: num(2)?,
+            }),
             Some("releasing") => Ok(Self::Releasing {
                 task: task(1)?,
                 at: num(2)?,
@@ -219,7 +225,10 @@ mod tests {
     fn events_read_back_as_written() {
         let events = [
             Event::Ready { pid: 42 },
-            Event::Holding { task: 3 },
+            Event::Holding {
+                task: 3,
+                generation: 5,
+            },
             Event::Releasing { task: 2, at: 99 },
             Event::Acquired {
                 task: 1,

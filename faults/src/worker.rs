@@ -156,13 +156,15 @@ impl Worker {
             .is_ok_and(|n| n > 0)
     }
 
-    /// Whether the test asks this worker to keep holding.
-    async fn hold_flag(&self, conn: &mut MultiplexedConnection) -> bool {
-        redis::cmd("EXISTS")
+    /// The generation of the hold flag if the test asks this worker to keep holding (each
+    /// setting of the flag has a new one). An error says nothing about the flag: a request in
+    /// flight when the process was SIGSTOPped times out (redis-rs's response timeout) as soon
+    /// as it resumes.
+    async fn hold_flag(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<u64>> {
+        redis::cmd("GET")
             .arg(self.spec.hold_flag())
-            .query_async::<u64>(conn)
+            .query_async::<Option<u64>>(conn)
             .await
-            .is_ok_and(|n| n > 0)
     }
 
     async fn section(&self, task: usize, i: usize) {
@@ -224,17 +226,38 @@ impl Worker {
             _ = &mut lost => lost_at = Some(now_ns()),
         }
         // The hold flag keeps one section held: the first of the worker's tasks to see it (a
-        // writer, for a read-write lock).
-        let claimed = self.spec.obey_hold_flag
+        // writer, for a read-write lock), until that setting of the flag ends (it is cleared, or
+        // set again: a new setting is claimed afresh, and logged with its generation, so the test
+        // never mistakes a section that is ending for one held for its new setting).
+        let claimed = if self.spec.obey_hold_flag
             && (self.spec.kind != Kind::Rwlock || task < self.spec.writers)
-            && self.hold_flag(&mut conn).await
-            && self
-                .holding
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok();
-        if claimed {
-            println!("{}", Event::Holding { task: task as u32 });
-            while self.hold_flag(&mut conn).await {
+        {
+            match self.hold_flag(&mut conn).await {
+                Ok(Some(generation)) => self
+                    .holding
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                    .then_some(generation),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(generation) = claimed {
+            println!(
+                "{}",
+                Event::Holding {
+                    task: task as u32,
+                    generation
+                }
+            );
+            // Held until the flag is seen cleared or set again; a poll that failed is asked
+            // again (it is no sign of either).
+            while self
+                .hold_flag(&mut conn)
+                .await
+                .map_or(true, |flag| flag == Some(generation))
+            {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                     _ = &mut lost, if lost_at.is_none() => lost_at = Some(now_ns()),
