@@ -66,8 +66,17 @@ pub struct Bed {
     pub kills: Vec<(String, u64)>,
     /// The faulting flag is set: workers past their sections keep going.
     faulting: bool,
-    /// The generation of each worker's hold flag while it is set; the last one given.
-    flags: StdMutex<(HashMap<String, u64>, u64)>,
+    /// The workers' hold flags as last set.
+    flags: StdMutex<Flags>,
+}
+
+/// Each setting of a hold flag has a generation of its own (the flag's value in Redis).
+#[derive(Debug, Default)]
+struct Flags {
+    /// The generation of each worker's flag while it is set.
+    set: HashMap<String, u64>,
+    /// The last generation given.
+    last: u64,
 }
 
 impl std::fmt::Debug for Bed {
@@ -79,8 +88,8 @@ impl std::fmt::Debug for Bed {
     }
 }
 
-fn lock_log<T>(log: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    log.lock().unwrap_or_else(|p| p.into_inner())
+fn locked<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Bed {
@@ -169,7 +178,7 @@ impl Bed {
                 let Ok(event) = line.parse::<Event>() else {
                     continue;
                 };
-                let mut log = lock_log(&log);
+                let mut log = locked(&log);
                 match &event {
                     Event::Acquired { task, start, .. } => {
                         log.holding.insert((id.clone(), *task), *start);
@@ -215,7 +224,7 @@ impl Bed {
     /// How many sections were acquired after `at` (ns of the monotonic clock). Counted under
     /// the log's lock without copying it: the readers of the workers' output must not wait.
     pub fn acquired_since(&self, at: u64) -> usize {
-        lock_log(&self.log)
+        locked(&self.log)
             .events
             .iter()
             .filter(|(_, e)| matches!(e, Event::Acquired { start, .. } if *start > at))
@@ -233,7 +242,7 @@ impl Bed {
 
     /// Whether worker `id` runs: started, not killed, not finished.
     pub fn is_live(&self, id: &str) -> bool {
-        let done = lock_log(&self.log)
+        let done = locked(&self.log)
             .events
             .iter()
             .any(|(w, e)| w == id && matches!(e, Event::Done));
@@ -248,7 +257,7 @@ impl Bed {
     /// A live worker with a task holding now that `pick` accepts (given the worker's spec
     /// and the task), the longest holding first.
     pub fn holder(&self, pick: impl Fn(&Spec, u32) -> bool) -> Option<String> {
-        let log = lock_log(&self.log);
+        let log = locked(&self.log);
         let mut holding: Vec<(&(String, u32), &u64)> = log.holding.iter().collect();
         holding.sort_by_key(|(_, start)| **start);
         holding
@@ -265,12 +274,12 @@ impl Bed {
     /// true once one does. A section held for an earlier setting does not count: it is ending,
     /// though its end may not be logged yet.
     pub async fn wait_flag_holder(&self, id: &str, limit: Duration) -> bool {
-        let Some(generation) = lock_log(&self.flags).0.get(id).copied() else {
+        let Some(generation) = locked(&self.flags).set.get(id).copied() else {
             return false;
         };
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if lock_log(&self.log).flagged.get(id).map(|(_, g)| *g) == Some(generation) {
+            if locked(&self.log).flagged.get(id).map(|(_, g)| *g) == Some(generation) {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline || !self.is_live(id) {
@@ -313,14 +322,14 @@ impl Bed {
         if let Some(pid) = self.pid(id) {
             let _ = kill(pid, Signal::SIGKILL);
         }
-        let held = lock_log(&self.log).holding.keys().any(|(w, _)| w == id);
+        let held = locked(&self.log).holding.keys().any(|(w, _)| w == id);
         if held {
             self.kills.push((id.to_owned(), at));
         }
         if let Some(p) = self.procs.iter_mut().find(|p| p.id == id) {
             p.killed = true;
         }
-        lock_log(&self.log).holding.retain(|(w, _), _| w != id);
+        locked(&self.log).holding.retain(|(w, _), _| w != id);
         at
     }
 
@@ -361,14 +370,14 @@ impl Bed {
         let mut conn = self.resource_conn().await?;
         let key = hold_flag(&self.prefix, id);
         let generation = {
-            let mut flags = lock_log(&self.flags);
+            let mut flags = locked(&self.flags);
             if on {
-                flags.1 += 1;
-                let generation = flags.1;
-                flags.0.insert(id.to_owned(), generation);
+                flags.last += 1;
+                let generation = flags.last;
+                flags.set.insert(id.to_owned(), generation);
                 generation
             } else {
-                flags.0.remove(id);
+                flags.set.remove(id);
                 0
             }
         };
@@ -401,7 +410,7 @@ impl Bed {
 
     /// True when every worker has exited (or was killed).
     pub fn all_done(&self) -> bool {
-        let done = lock_log(&self.log)
+        let done = locked(&self.log)
             .events
             .iter()
             .filter(|(_, e)| matches!(e, Event::Done))
@@ -433,13 +442,13 @@ impl Bed {
 
     /// Every event so far.
     pub fn events(&self) -> Vec<(String, Event)> {
-        lock_log(&self.log).events.clone()
+        locked(&self.log).events.clone()
     }
 
     /// The critical sections on the lock, for the checkers: every finished one, and the ones
     /// whose worker was killed while holding (their interval ends at the kill).
     pub fn sections(&self) -> Vec<Section> {
-        let log = lock_log(&self.log);
+        let log = locked(&self.log);
         let mut out = Vec::new();
         let mut open: HashMap<(String, u32), (u64, u64, Option<u64>)> = HashMap::new();
         for (id, event) in &log.events {
