@@ -263,10 +263,13 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
     within(Duration::from_secs(60), async {
         let (a, b) = (client(&redis), client(&redis));
         let held = a.fair_mutex("busy").unwrap().lock().await.unwrap();
+        // Each waiter lets go as soon as it holds: which of the two Redis queues first is a race
+        // between their attempts, not the order they were spawned in, so the test must not
+        // wait for one of them before the other has let go.
         let waiters: Vec<_> = (0..2)
             .map(|_| {
                 let mutex = b.fair_mutex("busy").unwrap();
-                tokio::spawn(async move { mutex.lock().await.unwrap() })
+                tokio::spawn(async move { mutex.lock().await.unwrap().unlock().await.unwrap() })
             })
             .collect();
         until(|| async { a.inspect("busy").await.unwrap().waiters.len() == 2 }).await;
@@ -340,7 +343,7 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
 
         held.unlock().await.unwrap();
         for waiter in waiters {
-            waiter.await.unwrap().unlock().await.unwrap();
+            waiter.await.unwrap();
         }
         permit.release().await.unwrap();
         assert_eq!(a.inspect("busy").await.unwrap().kind, None);
