@@ -19,9 +19,11 @@
 -- ARGV[7]: optional, how many tokens a fresh acquisition takes (default 1): the grant's token
 --          and the ARGV[7] - 1 after it, which the client hands to the local owners it passes
 --          the hold to (local hand-off); the counter is left at the last of them.
--- A fresh acquisition of a free lock is two commands: SET ... KEEPTTL GET of the counter (it
--- reads the last token and writes the new one; a value that is not ours is put back as it
--- was), and SET NX PX of the lock. A busy one puts the counter back.
+-- A fresh acquisition of a free lock is two commands: SET NX PX of the lock with the token
+-- ARGV[6], then SET ... KEEPTTL GET of the counter (it reads the last token and writes the new
+-- one). Only when the counter was at or above ARGV[6] (or new) is the token raised, and the
+-- lock and counter written again; a counter that is not ours is put back as it was and the
+-- lock removed, so nothing changed. A busy lock leaves the counter alone.
 -- returns: {1, fence, holds[, now]}  acquired; holds is this owner's hold count after the
 --                                    call; now, the server clock in µs, when TIME was read
 --          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
@@ -40,38 +42,44 @@ if floor <= 0 then
 end
 
 if claim ~= 'again' then
-  local token = string.format('%.0f', floor)
-  local prev = redis.pcall('SET', fence, string.format('%.0f', floor + extra), 'KEEPTTL', 'GET')
-  if type(prev) == 'table' then
-    -- Not a string: foreign data. Any other failure (READONLY...) is the caller's to see.
-    if not string.find(prev.err, 'WRONGTYPE', 1, true) then return prev end
-    return {-1, redis.call('TYPE', fence)['ok'], 2}
-  end
-  local last = prev and tonumber(prev)
-  if prev and not last then
-    -- Not a counter of ours: put back as it was, and refused.
-    redis.call('SET', fence, prev, 'KEEPTTL')
-    return {-1, 'string', 2}
-  end
-  if not prev then
-    -- A new counter (the name's first use, or its counter expired or a failover lost it):
-    -- from the server clock a second ahead, above any token a client issued from its estimate
-    -- of the clock, which runs ahead of it by far less.
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local first = math.max(floor, now + 1000000)
-    token = string.format('%.0f', first)
-    redis.call('SET', fence, string.format('%.0f', first + extra), 'PX', ARGV[3])
-  elseif last >= floor then
-    token = string.format('%.0f', last + 1)
-    redis.call('SET', fence, string.format('%.0f', last + 1 + extra), 'KEEPTTL')
-  end
-  if redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'NX', 'PX', lease) then
+  -- The token is ARGV[6] as the client wrote it when that is a plain whole number (the usual
+  -- case: no formatting), else the floor written out.
+  local token = not now and string.match(ARGV[6], '^[1-9]%d*$') or string.format('%.0f', floor)
+  local taken = redis.pcall('SET', lock, mutex_value(token, 1, wait, owner), 'NX', 'PX', lease)
+  if type(taken) == 'table' and taken.err then return taken end
+  if taken then
+    local counter = extra > 0 and string.format('%.0f', floor + extra) or token
+    local prev = redis.pcall('SET', fence, counter, 'KEEPTTL', 'GET')
+    local last = type(prev) == 'string' and tonumber(prev)
+    if type(prev) == 'table' or (prev and not last) then
+      -- Not a counter of ours (a string is put back as it was): refused, the lock undone.
+      -- Any other failure (OOM...) is the caller's to see.
+      redis.call('DEL', lock)
+      if type(prev) == 'string' then
+        redis.call('SET', fence, prev, 'KEEPTTL')
+        return {-1, 'string', 2}
+      end
+      if not string.find(prev.err, 'WRONGTYPE', 1, true) then return prev end
+      return {-1, redis.call('TYPE', fence)['ok'], 2}
+    end
+    if not prev then
+      -- A new counter (the name's first use, or its counter expired or a failover lost it):
+      -- from the server clock a second ahead, above any token a client issued from its
+      -- estimate of the clock, which runs ahead of it by far less.
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      local first = math.max(floor, now + 1000000)
+      token = string.format('%.0f', first)
+      redis.call('SET', fence, string.format('%.0f', first + extra), 'PX', ARGV[3])
+      redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'KEEPTTL')
+    elseif last >= floor then
+      token = string.format('%.0f', last + 1)
+      redis.call('SET', fence, string.format('%.0f', last + 1 + extra), 'KEEPTTL')
+      redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'KEEPTTL')
+    end
     if now then return {1, token, 1, string.format('%.0f', now)} end
     return {1, token, 1}
   end
-  -- Held already: the counter goes back to what it was.
-  if prev then redis.call('SET', fence, prev, 'KEEPTTL') else redis.call('DEL', fence) end
 end
 
 local held, bad = mutex_read(lock, 1)

@@ -15,8 +15,9 @@ do
   if ARGV[10] ~= 'again' and (op ~= 's' or (units and cap and units <= cap))
       and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then
     local clock = redis.call('TIME')
-    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    local token = string.format('%d', micros)
+    local secs, micros = tonumber(clock[1]), tonumber(clock[2])
+    local stamp = secs * 1000000 + micros
+    local token = string.format('%d', stamp)
     local prev
     if op == 'r' then
       -- A read hold takes no token, but a fence key that is not ours is refused all the same.
@@ -35,39 +36,34 @@ do
       elseif not prev then
         -- A new counter: it lives for the fence key's lifetime from now.
         redis.call('PEXPIRE', KEYS[4], ARGV[8])
-      elseif tonumber(prev) >= micros then
+      elseif tonumber(prev) >= stamp then
         token = string.format('%d', tonumber(prev) + 1)
         redis.call('SET', KEYS[4], token, 'KEEPTTL')
       end
     end
     if prev ~= nil then
+      -- The lease's end in ms by the server clock, and the keys' expiry: the next whole second
+      -- after it. The fields are written in one HSET, without building a table.
       local owner = ARGV[3]
-      local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-      local ends = now + tonumber(ARGV[6])
-      local at = (math.floor(ends / 1000) + 1) * 1000
-      local fields = {'~layout', ARGV[1], '~cap', cap or 0, '~next', ends, '~exp', at}
-      local reply
+      local ends = secs * 1000 + (micros - micros % 1000) / 1000 + tonumber(ARGV[6])
+      local at = ends - ends % 1000 + 1000
       if op == 'x' or op == 'w' then
-        for _, v in ipairs({'~used', 0, '~writer', owner, '~wholds', 1, '~wfence', token,
-                            '~wexp', ends}) do
-          fields[#fields + 1] = v
-        end
-        reply = {1, token, 1}
-      else
-        local fence = token
-        if op == 'r' then
-          units, fence, token = 1, '', 0
-        end
-        for _, v in ipairs({'~used', units, 'h:' .. owner, units .. '/' .. fence .. '/'}) do
-          fields[#fields + 1] = v
-        end
-        redis.call('ZADD', KEYS[2], ends, owner, '+inf', '~')
-        redis.call('PEXPIREAT', KEYS[2], at)
-        reply = {1, token, units}
+        redis.call('HSET', KEYS[1], '~layout', ARGV[1], '~cap', cap or 0, '~next', ends,
+                   '~exp', at, '~used', 0, '~writer', owner, '~wholds', 1, '~wfence', token,
+                   '~wexp', ends)
+        redis.call('PEXPIREAT', KEYS[1], at)
+        return {1, token, 1}
       end
-      redis.call('HSET', KEYS[1], unpack(fields))
+      local fence = token
+      if op == 'r' then
+        units, fence, token = 1, '', 0
+      end
+      redis.call('ZADD', KEYS[2], ends, owner, '+inf', '~')
+      redis.call('PEXPIREAT', KEYS[2], at)
+      redis.call('HSET', KEYS[1], '~layout', ARGV[1], '~cap', cap or 0, '~next', ends,
+                 '~exp', at, '~used', units, 'h:' .. owner, units .. '/' .. fence .. '/')
       redis.call('PEXPIREAT', KEYS[1], at)
-      return reply
+      return {1, token, units}
     end
   end
 end

@@ -121,8 +121,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "aa84c3313955c29fa359cc1c322762ac45c1e649",
-                "60370f969c4c3db19af198cff3258578c2e89198",
+                "97e8f33e28a0d35fa033b1b45951ec72c81d5a50",
+                "b61ec6f4eae0a7d591f4499e3ae86ca053ff0bfe",
             ),
             (
                 &*MUTEX_RELEASE,
@@ -141,8 +141,8 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "81d773546eaa242fd4b98e5fdb63ca1a8fe2d6b5",
-                "3a2352549d8013b9de524467d26a20f1c36ac7a1",
+                "ed5b719bc7fb1cddc8c0077cc2bdfb3f7ac755dd",
+                "e7d1d39df437d0f300bd75a24d0c1d96aff71611",
             ),
             (
                 &*QUEUE_RELEASE,
