@@ -169,3 +169,297 @@ async fn permits_and_readers_taken_on_the_fast_path_count_with_the_rest() {
     })
     .await;
 }
+
+/// The scripts a hand-over involves, by hand: `queue_acquire` and `queue_release` as the
+/// library sends them (their fast paths first) and without their fast paths (the general path
+/// alone).
+struct Raw {
+    acquire: redis::Script,
+    release: redis::Script,
+    general_acquire: redis::Script,
+    general: redis::Script,
+}
+
+impl Raw {
+    fn new() -> Self {
+        Self {
+            acquire: redis::Script::new(concat!(
+                "local PUBLISH = 'PUBLISH'\n",
+                include_str!("../lua/v1/queue_acquire_fast.lua"),
+                include_str!("../lua/v1/keys_lib.lua"),
+                include_str!("../lua/v1/queue_lib.lua"),
+                include_str!("../lua/v1/queue_acquire.lua")
+            )),
+            release: redis::Script::new(concat!(
+                "local PUBLISH = 'PUBLISH'\n",
+                include_str!("../lua/v1/queue_release_fast.lua"),
+                include_str!("../lua/v1/keys_lib.lua"),
+                include_str!("../lua/v1/queue_lib.lua"),
+                include_str!("../lua/v1/queue_release.lua")
+            )),
+            general_acquire: redis::Script::new(concat!(
+                "local PUBLISH = 'PUBLISH'\n",
+                include_str!("../lua/v1/keys_lib.lua"),
+                include_str!("../lua/v1/queue_lib.lua"),
+                include_str!("../lua/v1/queue_acquire.lua")
+            )),
+            general: redis::Script::new(concat!(
+                "local PUBLISH = 'PUBLISH'\n",
+                include_str!("../lua/v1/keys_lib.lua"),
+                include_str!("../lua/v1/queue_lib.lua"),
+                include_str!("../lua/v1/queue_release.lua")
+            )),
+        }
+    }
+}
+
+/// `script` (a `queue_acquire`) for `owner` of client `client` (`op` of the `layout`, one unit
+/// of a semaphore of one, queued with `grace` if busy and `grace` is not 0); returns the
+/// reply's status, its token or wait, and the ticket.
+async fn raw_acquire(
+    script: &redis::Script,
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    (layout, op): (&str, &str),
+    owner: &str,
+    client: &str,
+    grace: u64,
+) -> (i64, i64, i64) {
+    let mut call = script.prepare_invoke();
+    for k in ["", ":holders", ":queue", ":fence"] {
+        call.key(format!("{key}{k}"));
+    }
+    call.arg(layout)
+        .arg(op)
+        .arg(owner)
+        .arg(1)
+        .arg(u32::from(op == "s"))
+        .arg(30_000)
+        .arg(grace)
+        .arg(60_000)
+        .arg(format!("{key}:wake"))
+        .arg("new")
+        .arg(client);
+    let reply: Vec<i64> = call.invoke_async(conn).await.unwrap();
+    (reply[0], reply[1], reply.get(2).copied().unwrap_or(0))
+}
+
+/// A layout tag and an op: what a raw acquire asks for.
+type Want = (&'static str, &'static str);
+
+/// What a name's keys hold, with the fields that depend on the moment read apart.
+#[derive(Debug, PartialEq)]
+struct State {
+    /// Meta hash fields that do not depend on the clock, and the names of all of them.
+    fields: Vec<(String, String)>,
+    names: Vec<String>,
+    queue: Vec<String>,
+    holders: Vec<String>,
+    /// Which of the meta hash, holders, queue and fence keys exist, and whether each expires.
+    keys: Vec<(bool, bool)>,
+}
+
+async fn state(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> (State, Vec<(String, String)>) {
+    let meta: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let clocked = ["~wfence", "~fence", "~wexp", "~exp", "~next", "~seq"];
+    // A shared holder's field is holds/token/client: its token is the clock's.
+    let mut fields: Vec<_> = meta
+        .iter()
+        .filter(|(f, _)| !clocked.contains(&f.as_str()))
+        .map(|(f, v)| match v.split('/').collect::<Vec<_>>()[..] {
+            [holds, token, client] if f.starts_with("h:") && !token.is_empty() => {
+                (f.clone(), format!("{holds}/*/{client}"))
+            }
+            _ => (f.clone(), v.clone()),
+        })
+        .collect();
+    fields.sort();
+    let mut names: Vec<String> = meta.iter().map(|(f, _)| f.clone()).collect();
+    names.sort();
+    let queue: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:holders"))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for k in ["", ":holders", ":queue", ":fence"] {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{key}{k}"))
+            .query_async(conn)
+            .await
+            .unwrap();
+        keys.push((ttl != -2, ttl > 0));
+    }
+    let mut clocked_values: Vec<_> = meta
+        .into_iter()
+        .filter(|(f, _)| clocked.contains(&f.as_str()) || f.starts_with("h:"))
+        .collect();
+    clocked_values.sort();
+    (
+        State {
+            fields,
+            names,
+            queue,
+            holders,
+            keys,
+        },
+        clocked_values,
+    )
+}
+
+/// A hand-over by the release's fast path leaves the keys as the general path leaves them,
+/// and says the same on the channel: the same holder, marked with its client, the same queue,
+/// a new token above the last one that is the hold's and the name's last, the hold's first
+/// term, and the place's ticket. So does a release the fast path passes on (readers at the
+/// head of a write lock's queue: it puts the head back for the general path).
+#[tokio::test]
+async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let raw = Raw::new();
+        let mut conn = redis.conn().await;
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let mut listen = redis::Client::open(format!("{}?protocol=resp3", redis.url))
+            .unwrap()
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new().set_push_sender(tx),
+            )
+            .await
+            .unwrap();
+        let fair = ("fair:1", "x");
+        let rw = ("rwlock:1", "w");
+        let read = ("rwlock:1", "r");
+        let permit = ("semaphore:1", "s");
+        // (case, the holder's layout and op, the waiters' ops in queue order, their grace in
+        // ms: the first term of a hold handed to them; the holder's lease is 30 s)
+        let cases: [(&str, Want, Vec<Want>, u64); 6] = [
+            ("fair", fair, vec![fair], 30_000),
+            ("fair-two", fair, vec![fair, fair], 30_000),
+            ("write", rw, vec![rw, read], 30_000),
+            ("readers", rw, vec![read, read, rw], 30_000),
+            // A term that ends before the holder's lease would have: the queue is told.
+            ("short-grace", fair, vec![fair, fair], 10_000),
+            // Permits: the waiters queue on the fast path, the release goes the general way.
+            ("permits", permit, vec![permit, permit], 30_000),
+        ];
+        for (case, holder, waiters, grace) in cases {
+            let mut seen = Vec::new();
+            for (path, acquire, release) in [
+                ("fast", &raw.acquire, &raw.release),
+                ("general", &raw.general_acquire, &raw.general),
+            ] {
+                let key = redis.lock_key(&format!("{case}-{path}"));
+                let wake = format!("{key}:wake");
+                listen.subscribe(&wake).await.unwrap();
+                // The holder takes the idle name as the library does, on either path.
+                let (status, token, _) =
+                    raw_acquire(&raw.acquire, &mut conn, &key, holder, "holder", "c0", 0).await;
+                assert_eq!(status, 1, "{case}: the holder");
+                let mut tickets = Vec::new();
+                for (i, op) in waiters.iter().enumerate() {
+                    let owner = format!("waiter{i}");
+                    let client = format!("c{}", i + 1);
+                    let (status, wait, ticket) =
+                        raw_acquire(acquire, &mut conn, &key, *op, &owner, &client, grace).await;
+                    assert_eq!(status, 0, "{case} ({path}): waiter {i} queues");
+                    // Told to look again when the holder's lease would end at the latest.
+                    assert!(wait > 0 && wait <= 30_000, "{case} ({path}): wait {wait}");
+                    tickets.push(ticket);
+                }
+                let mut call = release.prepare_invoke();
+                for k in ["", ":holders", ":queue", ":fence"] {
+                    call.key(format!("{key}{k}"));
+                }
+                call.arg(holder.0)
+                    .arg(holder.1)
+                    .arg("holder")
+                    .arg(&wake)
+                    .arg(60_000);
+                let freed: Vec<i64> = call.invoke_async(&mut conn).await.unwrap();
+                assert_eq!(freed, vec![2], "{case} ({path})");
+                // Every message the release sent reached `listen` before its answer to this.
+                let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();
+                let mut messages = Vec::new();
+                while let Ok(push) = heard.try_recv() {
+                    if push.kind == redis::PushKind::Message {
+                        let (channel, payload): (String, String) =
+                            redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
+                                .unwrap();
+                        if channel == wake {
+                            messages.push(payload);
+                        }
+                    }
+                }
+                let (state, clocked) = state(&mut conn, &key).await;
+                let clocked: std::collections::HashMap<_, _> = clocked.into_iter().collect();
+                // A hand-over names client/owner:token:term:ticket (space-separated); a
+                // sooner change, client/owner alone.
+                let mut told = Vec::new();
+                for entry in messages.iter().flat_map(|m| m.split(' ')) {
+                    let parts: Vec<&str> = entry.split(':').collect();
+                    if let [who, handed, term, ticket] = parts[..] {
+                        let (_, i) = who.split_once("/waiter").unwrap();
+                        let i: usize = i.parse().unwrap();
+                        assert_eq!(
+                            ticket.parse::<i64>().unwrap(),
+                            tickets[i],
+                            "{case} ({path})"
+                        );
+                        let handed: i64 = handed.parse().unwrap();
+                        if handed != 0 {
+                            // A new token, above the holder's: the hold's and the name's last.
+                            assert!(handed > token, "{case} ({path}): {handed} after {token}");
+                            let handed = handed.to_string();
+                            assert_eq!(clocked["~fence"], handed, "{case} ({path})");
+                            let hold = match waiters[i].1 {
+                                "s" => clocked[&format!("h:waiter{i}")].split('/').nth(1),
+                                _ => clocked.get("~wfence").map(String::as_str),
+                            };
+                            assert_eq!(hold, Some(handed.as_str()), "{case} ({path})");
+                        }
+                        told.push(format!("{who}:{term}"));
+                    } else {
+                        told.push(entry.to_owned());
+                    }
+                }
+                assert!(!told.is_empty(), "{case} ({path}): nobody told");
+                listen.unsubscribe(&wake).await.unwrap();
+                seen.push((state, told, clocked));
+            }
+            let (general, fast) = (seen.pop().unwrap(), seen.pop().unwrap());
+            assert_eq!(fast.0, general.0, "{case}: the keys");
+            assert_eq!(
+                fast.1, general.1,
+                "{case}: who was told, and the first term"
+            );
+            // The lease ends, the keys' expiry and the lower bound of lease ends: the same up
+            // to the moments the two calls ran.
+            for f in ["~wexp", "~exp", "~next"] {
+                let ms = |c: &std::collections::HashMap<String, String>| {
+                    c.get(f).map(|v| v.parse::<i64>().unwrap())
+                };
+                match (ms(&fast.2), ms(&general.2)) {
+                    (Some(a), Some(b)) => assert!((a - b).abs() < 5_000, "{case}: {f} {a} / {b}"),
+                    (a, b) => assert_eq!(a, b, "{case}: {f}"),
+                }
+            }
+        }
+    })
+    .await;
+}

@@ -1,9 +1,16 @@
 -- name:    queue_acquire_fast
 -- layout:  1 (see queue_acquire)
--- Runs first in queue_acquire, before keys_lib and queue_lib are loaded: the acquire of an idle
--- name (no meta hash, no holders, no queue: nobody holds or waits), which writes the state
--- queue_lib would write, in five calls (EXISTS, TIME, SET ... GET of the fence key, or GET for
--- a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the holders for a shared hold) and none of the libraries' set-up. Anything else (the name in use, a re-entry
+-- Runs first in queue_acquire, before keys_lib and queue_lib are loaded:
+-- * the acquire of an idle name (no meta hash, no holders, no queue: nobody holds or waits),
+--   which writes the state queue_lib would write, in five calls (EXISTS, TIME, SET ... GET of
+--   the fence key, or GET for a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the
+--   holders for a shared hold);
+-- * a fresh owner (claim `new`) that may queue (ARGV[7] > 0), holds nothing, and finds the
+--   name held against it (an exclusive want and any holder; a read and a writer; permits more
+--   than are free) before any lease ran out (`~next` not passed): it takes its place at the
+--   end of the queue as queue_acquire would, in five calls (EXISTS, HMGET, TIME, ZADD, HSET of
+--   `~seq`; a PEXPIREAT of a queue key it makes).
+-- Neither loads the libraries. Anything else (a free name in use, a re-entry or a waiter's
 -- claim, a fence key that is not a counter of ours, a semaphore asked for more than it has)
 -- falls through to the general path, which sees the name exactly as it was.
 -- KEYS[], ARGV[] and replies: those of queue_acquire.
@@ -64,6 +71,38 @@ do
                  '~exp', at, '~used', units, 'h:' .. owner, units .. '/' .. fence .. '/')
       redis.call('PEXPIREAT', KEYS[1], at)
       return {1, token, units}
+    end
+  elseif ARGV[10] == 'new' and (tonumber(ARGV[7]) or 0) > 0 and units and cap then
+    -- A fresh owner that finds the name held against it queues (see the header).
+    local owner = ARGV[3]
+    local m = redis.pcall('HMGET', KEYS[1], '~layout', '~next', '~used', '~writer', '~seq',
+                          'h:' .. owner, '~exp', '~cap')
+    if type(m) == 'table' and not m.err and m[1] == ARGV[1] and not m[6] and m[4] ~= owner then
+      local used = tonumber(m[3]) or 0
+      local busy
+      if op == 'x' or op == 'w' then
+        busy = m[4] or used > 0
+      elseif op == 'r' then
+        busy = m[4]
+      else
+        busy = tonumber(m[8]) == cap and units <= cap and used + units > cap
+      end
+      local clock = busy and redis.call('TIME')
+      local now = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+      -- Before `~next`, no lease has ended (it is a lower bound of every lease end).
+      if clock and now < (tonumber(m[2]) or 0) then
+        local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        local ticket = string.format('%d', math.max((tonumber(m[5]) or 0) + 1, stamp))
+        local place = ARGV[11] .. '/' .. owner .. '/' .. op .. ARGV[4] .. '/' .. ARGV[6] .. '/'
+                      .. ARGV[7]
+        if redis.call('ZADD', KEYS[3], ticket, place, '+inf', '~') == 2 then
+          -- A new queue key lives as long as the others.
+          local at = tonumber(m[7]) or 0
+          if at > 0 then redis.call('PEXPIREAT', KEYS[3], at) end
+        end
+        redis.call('HSET', KEYS[1], '~seq', ticket)
+        return {0, tonumber(m[2]) - now, tonumber(ticket)}
+      end
     end
   end
 end

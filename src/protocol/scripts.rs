@@ -141,13 +141,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "ed5b719bc7fb1cddc8c0077cc2bdfb3f7ac755dd",
-                "e7d1d39df437d0f300bd75a24d0c1d96aff71611",
+                "09d5ad007c793cf21e14fd95da29117a25310ce7",
+                "aa982bd8c861886aedc0b809e59cade5f4113169",
             ),
             (
                 &*QUEUE_RELEASE,
-                "1c21211bb22d4f579cf18062757226002d2d0dc7",
-                "d5f8ab88b4c00c080951798a9299b30542abbca1",
+                "062f555d19067ee1d4ce56b6f533c5c93ed21931",
+                "7466a7ac267ebe39dc386ec47780ef1f92086dba",
             ),
             (
                 &*QUEUE_EXTEND,
