@@ -71,9 +71,10 @@ enum Command {
         /// the tool's own.
         #[arg(long)]
         replicas: bool,
-        /// Profile the scripts instead: each primitive's acquire and release script, µs per
-        /// call inside Redis (from the slow log), on a server of the tool's own; writes
-        /// `scripts.json`.
+        /// Profile the scripts instead: each primitive's acquire and release script on names
+        /// in use, then the queued primitives' queueing attempt and hand-over on contended
+        /// names, µs per call inside Redis (`INFO commandstats`), on a server of the tool's
+        /// own; writes `scripts.json`.
         #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster"])]
         scripts: bool,
         /// Time the wake path instead: the hand-off scenario, cut at each hop from a release to
@@ -235,8 +236,9 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             if scripts {
                 if cli.url.is_some() {
                     return Err(
-                        "--scripts changes the server's slow-log settings: it runs on \
-                         a server of its own (leave out --url and REDIS_URL)"
+                        "--scripts reads the server's command totals, which other clients \
+                         would spoil: it runs on a server of its own (leave out --url and \
+                         REDIS_URL)"
                             .into(),
                     );
                 }

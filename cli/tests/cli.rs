@@ -350,3 +350,54 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
     })
     .await;
 }
+
+/// The script profile, on a server of its own: every configuration's figures on names in use,
+/// and the queued primitives' queueing attempt and hand-over on contended names, in
+/// `scripts.json`.
+#[test]
+fn script_profile_covers_names_in_use_and_contended_names() {
+    let out_dir = std::env::temp_dir().join(unique("redlatch-scripts-test"));
+    let dir = out_dir.to_string_lossy().into_owned();
+    let (ok, out) = tool(&["bench", "--scripts", "--quick", "--out", &dir], &[], "");
+    assert!(ok, "{out}");
+    let text = std::fs::read_to_string(out_dir.join("scripts.json")).expect("scripts.json");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let names = |rows: &serde_json::Value| -> Vec<String> {
+        rows.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["configuration"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&report["rows"]),
+        [
+            "minimal",
+            "redlatch-mutex",
+            "redlatch-fair",
+            "redlatch-semaphore",
+            "redlatch-rwlock-write",
+            "redlatch-rwlock-read"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        names(&report["contended"]),
+        [
+            "redlatch-fair",
+            "redlatch-semaphore",
+            "redlatch-rwlock-write"
+        ],
+        "{text}"
+    );
+    for row in report["contended"].as_array().expect("contended") {
+        for field in ["queue_us", "handover_us"] {
+            assert!(row[field].as_f64().expect(field) > 0.0, "{text}");
+        }
+        // The script call and at least the reads and writes a queue place and a hand-over need.
+        for field in ["queue_commands", "handover_commands"] {
+            assert!(row[field].as_f64().expect(field) >= 5.0, "{text}");
+        }
+    }
+    std::fs::remove_dir_all(&out_dir).expect("remove the output");
+}

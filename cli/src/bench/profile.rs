@@ -5,6 +5,9 @@
 //! spent per call (a script's time includes the commands it ran) and the commands it ran per
 //! call (those the scripts ran included).
 //!
+//! Then the queued primitives' scripts on contended names, called by hand: an attempt that
+//! queues behind a holder, and the release that hands the hold over to it.
+//!
 //! It runs on a server of the tool's own only: the figures are the server's totals, which
 //! another client's traffic would spoil.
 
@@ -109,6 +112,8 @@ pub async fn profile_scripts(
         rows.push((entry.name.to_owned(), acquire, release));
     }
 
+    let contended = contended(&mut conn, prefix, names).await?;
+
     println!(
         "{:<24} {:>12} {:>12} {:>12} {:>14} {:>14}",
         "configuration", "acquire µs", "release µs", "cycle µs", "acquire cmds", "release cmds"
@@ -133,7 +138,137 @@ pub async fn profile_scripts(
             "release_commands": r.commands_per_call,
         }));
     }
-    Ok(json!({ "names": names, "rows": out }))
+    println!();
+    println!(
+        "{:<24} {:>12} {:>12} {:>14} {:>14}",
+        "contended", "queue µs", "hand-over µs", "queue cmds", "hand-over cmds"
+    );
+    let mut busy = Vec::new();
+    for (name, q, h) in &contended {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
+            name, q.us_per_call, h.us_per_call, q.commands_per_call, h.commands_per_call
+        );
+        busy.push(json!({
+            "configuration": name,
+            "queue_us": q.us_per_call,
+            "handover_us": h.us_per_call,
+            "queue_commands": q.commands_per_call,
+            "handover_commands": h.commands_per_call,
+        }));
+    }
+    Ok(json!({ "names": names, "rows": out, "contended": busy }))
+}
+
+/// The queued primitives' scripts on a contended name, called by hand as the library sends
+/// them (no client logic, no wake-up): on each of `names` names one owner holds (not counted),
+/// then a second owner's attempt queues behind it (the `queue` phase), then the holder's
+/// release hands the hold over to it (the `hand-over` phase, its message published to
+/// nobody); the new holders then let go. A semaphore has one permit here.
+async fn contended(
+    conn: &mut MultiplexedConnection,
+    prefix: &str,
+    names: u32,
+) -> AnyResult<Vec<(String, Phase, Phase)>> {
+    let acquire = redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../../../lua/v1/queue_acquire_fast.lua"),
+        include_str!("../../../lua/v1/keys_lib.lua"),
+        include_str!("../../../lua/v1/queue_lib.lua"),
+        include_str!("../../../lua/v1/queue_acquire.lua")
+    ));
+    let release = redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\n",
+        include_str!("../../../lua/v1/queue_release_fast.lua"),
+        include_str!("../../../lua/v1/keys_lib.lua"),
+        include_str!("../../../lua/v1/queue_lib.lua"),
+        include_str!("../../../lua/v1/queue_release.lua")
+    ));
+    let (acquire, release) = (&acquire, &release);
+    let mut rows = Vec::new();
+    for (label, layout, op) in [
+        ("redlatch-fair", "fair:1", "x"),
+        ("redlatch-semaphore", "semaphore:1", "s"),
+        ("redlatch-rwlock-write", "rwlock:1", "w"),
+    ] {
+        let keys: Vec<String> = (0..names)
+            .map(|i| format!("{prefix}:{{profile-contended-{label}-{i}}}"))
+            .collect();
+        let take = |key: &str, owner: &'static str, grace: u32| {
+            let mut c = invocation(acquire, key);
+            c.arg(layout)
+                .arg(op)
+                .arg(owner)
+                .arg(1)
+                .arg(u32::from(op == "s"))
+                .arg(30_000)
+                .arg(grace)
+                .arg(604_800_000)
+                .arg(format!("{key}:wake"))
+                .arg("new")
+                .arg(owner);
+            c
+        };
+        let give = |key: &str, owner: &'static str| {
+            let mut c = invocation(release, key);
+            c.arg(layout)
+                .arg(op)
+                .arg(owner)
+                .arg(format!("{key}:wake"))
+                .arg(604_800_000);
+            c
+        };
+        let held = run_all(conn, keys.iter().map(|k| take(k, "holder", 0)).collect()).await?;
+        if held.iter().any(|r| r.first() != Some(&1)) {
+            return Err(format!("{label}: a holder was refused").into());
+        }
+        let mut own = conn.clone();
+        let (queue, queued) = phase(&mut own, SCRIPTS, names, async {
+            run_all(
+                conn,
+                keys.iter().map(|k| take(k, "waiter", 30_000)).collect(),
+            )
+            .await
+        })
+        .await?;
+        if queued.iter().any(|r| r.first() != Some(&0)) {
+            return Err(format!("{label}: a waiter did not queue").into());
+        }
+        let (handover, handed) = phase(&mut own, SCRIPTS, names, async {
+            run_all(conn, keys.iter().map(|k| give(k, "holder")).collect()).await
+        })
+        .await?;
+        if handed.iter().any(|r| r.first() != Some(&2)) {
+            return Err(format!("{label}: a release did not let go").into());
+        }
+        run_all(conn, keys.iter().map(|k| give(k, "waiter")).collect()).await?;
+        rows.push((label.to_owned(), queue, handover));
+    }
+    Ok(rows)
+}
+
+/// Runs `calls`, [`IN_FLIGHT`] at a time; their replies.
+async fn run_all(
+    conn: &MultiplexedConnection,
+    calls: Vec<redis::ScriptInvocation<'_>>,
+) -> AnyResult<Vec<Vec<i64>>> {
+    Ok(stream::iter(calls)
+        .map(|call| {
+            let mut conn = conn.clone();
+            async move { call.invoke_async::<Vec<i64>>(&mut conn).await }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect()
+        .await?)
+}
+
+/// A call of one of the queue scripts on the name whose meta key is `key`.
+fn invocation<'a>(script: &'a redis::Script, key: &str) -> redis::ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    for k in ["", ":holders", ":queue", ":fence"] {
+        call.key(format!("{key}{k}"));
+    }
+    call
 }
 
 /// Calls in flight at once in each phase.
