@@ -259,6 +259,8 @@ struct State {
     keys: Vec<(bool, bool)>,
 }
 
+/// What the keys of the name whose meta key is `key` hold, and apart, the meta fields that
+/// depend on the clock (tokens, tickets, lease ends and expiries, shared holders' fields).
 async fn state(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
