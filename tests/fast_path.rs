@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch::LockClient;
-use redlatch_harness::measure::{commandstats, server_commands};
+use redlatch_harness::measure::{QueueScript, commandstats, server_commands};
 use support::{TestRedis, until, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -170,77 +170,22 @@ async fn permits_and_readers_taken_on_the_fast_path_count_with_the_rest() {
     .await;
 }
 
-/// The scripts a hand-over involves, by hand: `queue_acquire` and `queue_release` as the
-/// library sends them (their fast paths first) and without their fast paths (the general path
-/// alone).
-struct Raw {
-    acquire: redis::Script,
-    release: redis::Script,
-    general_acquire: redis::Script,
-    general: redis::Script,
-}
-
-impl Raw {
-    fn new() -> Self {
-        Self {
-            acquire: redis::Script::new(concat!(
-                "local PUBLISH = 'PUBLISH'\n",
-                include_str!("../lua/v1/queue_acquire_fast.lua"),
-                include_str!("../lua/v1/keys_lib.lua"),
-                include_str!("../lua/v1/queue_lib.lua"),
-                include_str!("../lua/v1/queue_acquire.lua")
-            )),
-            release: redis::Script::new(concat!(
-                "local PUBLISH = 'PUBLISH'\n",
-                include_str!("../lua/v1/queue_release_fast.lua"),
-                include_str!("../lua/v1/keys_lib.lua"),
-                include_str!("../lua/v1/queue_lib.lua"),
-                include_str!("../lua/v1/queue_release.lua")
-            )),
-            general_acquire: redis::Script::new(concat!(
-                "local PUBLISH = 'PUBLISH'\n",
-                include_str!("../lua/v1/keys_lib.lua"),
-                include_str!("../lua/v1/queue_lib.lua"),
-                include_str!("../lua/v1/queue_acquire.lua")
-            )),
-            general: redis::Script::new(concat!(
-                "local PUBLISH = 'PUBLISH'\n",
-                include_str!("../lua/v1/keys_lib.lua"),
-                include_str!("../lua/v1/queue_lib.lua"),
-                include_str!("../lua/v1/queue_release.lua")
-            )),
-        }
-    }
-}
-
-/// `script` (a `queue_acquire`) for `owner` of client `client` (`op` of the `layout`, one unit
-/// of a semaphore of one, queued with `grace` if busy and `grace` is not 0); returns the
-/// reply's status, its token or wait, and the ticket.
+/// `script` (an acquire) for `owner` of client `client` (see [`QueueScript::acquire`]);
+/// returns the reply's status, its token or wait, and the ticket.
 async fn raw_acquire(
-    script: &redis::Script,
+    script: QueueScript,
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
-    (layout, op): (&str, &str),
+    want: Want,
     owner: &str,
     client: &str,
     grace: u64,
 ) -> (i64, i64, i64) {
-    let mut call = script.prepare_invoke();
-    for k in ["", ":holders", ":queue", ":fence"] {
-        call.key(format!("{key}{k}"));
-    }
-    call.arg(layout)
-        .arg(op)
-        .arg(owner)
-        .arg(1)
-        .arg(u32::from(op == "s"))
-        .arg(30_000)
-        .arg(grace)
-        .arg(60_000)
-        .arg(format!("{key}:wake"))
-        .arg("new")
-        .arg(client);
-    let reply: Vec<i64> = call.invoke_async(conn).await.unwrap();
+    let reply: Vec<i64> = script
+        .acquire(key, want, owner, client, grace)
+        .invoke_async(conn)
+        .await
+        .unwrap();
     (reply[0], reply[1], reply.get(2).copied().unwrap_or(0))
 }
 
@@ -334,7 +279,6 @@ async fn state(
 async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
     let redis = TestRedis::new();
     within(LIMIT, async {
-        let raw = Raw::new();
         let mut conn = redis.conn().await;
         let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
         let mut listen = redis::Client::open(format!("{}?protocol=resp3", redis.url))
@@ -363,15 +307,27 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
         for (case, holder, waiters, grace) in cases {
             let mut seen = Vec::new();
             for (path, acquire, release) in [
-                ("fast", &raw.acquire, &raw.release),
-                ("general", &raw.general_acquire, &raw.general),
+                ("fast", QueueScript::Acquire, QueueScript::Release),
+                (
+                    "general",
+                    QueueScript::GeneralAcquire,
+                    QueueScript::GeneralRelease,
+                ),
             ] {
                 let key = redis.lock_key(&format!("{case}-{path}"));
                 let wake = format!("{key}:wake");
                 listen.subscribe(&wake).await.unwrap();
                 // The holder takes the idle name as the library does, on either path.
-                let (status, token, _) =
-                    raw_acquire(&raw.acquire, &mut conn, &key, holder, "holder", "c0", 0).await;
+                let (status, token, _) = raw_acquire(
+                    QueueScript::Acquire,
+                    &mut conn,
+                    &key,
+                    holder,
+                    "holder",
+                    "c0",
+                    0,
+                )
+                .await;
                 assert_eq!(status, 1, "{case}: the holder");
                 let mut tickets = Vec::new();
                 for (i, op) in waiters.iter().enumerate() {
@@ -384,16 +340,11 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                     assert!(wait > 0 && wait <= 30_000, "{case} ({path}): wait {wait}");
                     tickets.push(ticket);
                 }
-                let mut call = release.prepare_invoke();
-                for k in ["", ":holders", ":queue", ":fence"] {
-                    call.key(format!("{key}{k}"));
-                }
-                call.arg(holder.0)
-                    .arg(holder.1)
-                    .arg("holder")
-                    .arg(&wake)
-                    .arg(60_000);
-                let freed: Vec<i64> = call.invoke_async(&mut conn).await.unwrap();
+                let freed: Vec<i64> = release
+                    .release(&key, holder, "holder")
+                    .invoke_async(&mut conn)
+                    .await
+                    .unwrap();
                 assert_eq!(freed, vec![2], "{case} ({path})");
                 // Every message the release sent reached `listen` before its answer to this.
                 let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();

@@ -150,6 +150,87 @@ static ACQUIRE: std::sync::LazyLock<redis::Script> =
 static RELEASE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
 
+/// The queued primitives' scripts, called by hand on one server: how a fast path runs before
+/// the libraries (`lua/README.md`), and the general path alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueScript {
+    /// `queue_acquire` as a client sends it: its fast path first.
+    Acquire,
+    /// `queue_release` as a client sends it: its fast path first.
+    Release,
+    /// `queue_acquire` without its fast path.
+    GeneralAcquire,
+    /// `queue_release` without its fast path.
+    GeneralRelease,
+}
+
+static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 4]> = std::sync::LazyLock::new(|| {
+    let (keys, queue) = (LUA[3], LUA[4]);
+    let (acquire_fast, acquire, release_fast, release) = (LUA[5], LUA[6], LUA[7], LUA[8]);
+    [
+        format!("{PLAIN}{acquire_fast}{keys}{queue}{acquire}"),
+        format!("{PLAIN}{release_fast}{keys}{queue}{release}"),
+        format!("{PLAIN}{keys}{queue}{acquire}"),
+        format!("{PLAIN}{keys}{queue}{release}"),
+    ]
+    .map(|code| redis::Script::new(&code))
+});
+
+impl QueueScript {
+    /// A call of the script on the name whose meta key is `key` (its four keys set).
+    fn call(self, key: &str) -> redis::ScriptInvocation<'static> {
+        let mut call = QUEUE_SCRIPTS[self as usize].prepare_invoke();
+        for k in ["", ":holders", ":queue", ":fence"] {
+            call.key(format!("{key}{k}"));
+        }
+        call
+    }
+
+    /// An acquire (`Acquire` or `GeneralAcquire`) of one unit of `op` under `layout` (a
+    /// semaphore of one permit) for a fresh `owner` of `client`, with a 30 s lease, queued with
+    /// `grace` ms if the name is busy (0: try once). Replies `{1, fence, holds}` or
+    /// `{0, wait, ticket}`.
+    pub fn acquire(
+        self,
+        key: &str,
+        (layout, op): (&str, &str),
+        owner: &str,
+        client: &str,
+        grace: u64,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut call = self.call(key);
+        call.arg(layout)
+            .arg(op)
+            .arg(owner)
+            .arg(1)
+            .arg(u32::from(op == "s"))
+            .arg(30_000)
+            .arg(grace)
+            .arg(60_000)
+            .arg(format!("{key}:wake"))
+            .arg("new")
+            .arg(client);
+        call
+    }
+
+    /// A release (`Release` or `GeneralRelease`) of `owner`'s hold of `op` under `layout`.
+    /// Replies `{2}` when it let go of its last hold.
+    pub fn release(
+        self,
+        key: &str,
+        (layout, op): (&str, &str),
+        owner: &str,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut call = self.call(key);
+        call.arg(layout)
+            .arg(op)
+            .arg(owner)
+            .arg(format!("{key}:wake"))
+            .arg(60_000);
+        call
+    }
+}
+
 /// The physical reference: redlatch's mutex scripts by EVALSHA, `tasks` tasks on distinct
 /// names sharing one multiplexed connection (from a pool of its own, not the library's), with
 /// no library logic at all.

@@ -17,7 +17,8 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 
 use redis::aio::MultiplexedConnection;
 use redlatch_harness::measure::{
-    AnyResult, WARM_NAMES, command_times, minimal_acquire, minimal_cycle, minimal_release,
+    AnyResult, QueueScript, WARM_NAMES, command_times, minimal_acquire, minimal_cycle,
+    minimal_release,
 };
 use serde_json::{Value, json};
 
@@ -170,21 +171,6 @@ async fn contended(
     prefix: &str,
     names: u32,
 ) -> AnyResult<Vec<(String, Phase, Phase)>> {
-    let acquire = redis::Script::new(concat!(
-        "local PUBLISH = 'PUBLISH'\n",
-        include_str!("../../../lua/v1/queue_acquire_fast.lua"),
-        include_str!("../../../lua/v1/keys_lib.lua"),
-        include_str!("../../../lua/v1/queue_lib.lua"),
-        include_str!("../../../lua/v1/queue_acquire.lua")
-    ));
-    let release = redis::Script::new(concat!(
-        "local PUBLISH = 'PUBLISH'\n",
-        include_str!("../../../lua/v1/queue_release_fast.lua"),
-        include_str!("../../../lua/v1/keys_lib.lua"),
-        include_str!("../../../lua/v1/queue_lib.lua"),
-        include_str!("../../../lua/v1/queue_release.lua")
-    ));
-    let (acquire, release) = (&acquire, &release);
     let mut rows = Vec::new();
     for (label, layout, op) in [
         ("redlatch-fair", "fair:1", "x"),
@@ -194,30 +180,11 @@ async fn contended(
         let keys: Vec<String> = (0..names)
             .map(|i| format!("{prefix}:{{profile-contended-{label}-{i}}}"))
             .collect();
-        let take = |key: &str, owner: &'static str, grace: u32| {
-            let mut c = invocation(acquire, key);
-            c.arg(layout)
-                .arg(op)
-                .arg(owner)
-                .arg(1)
-                .arg(u32::from(op == "s"))
-                .arg(30_000)
-                .arg(grace)
-                .arg(604_800_000)
-                .arg(format!("{key}:wake"))
-                .arg("new")
-                .arg(owner);
-            c
+        let want = (layout, op);
+        let take = |key: &str, owner: &str, grace: u64| {
+            QueueScript::Acquire.acquire(key, want, owner, owner, grace)
         };
-        let give = |key: &str, owner: &'static str| {
-            let mut c = invocation(release, key);
-            c.arg(layout)
-                .arg(op)
-                .arg(owner)
-                .arg(format!("{key}:wake"))
-                .arg(604_800_000);
-            c
-        };
+        let give = |key: &str, owner: &str| QueueScript::Release.release(key, want, owner);
         let held = run_all(conn, keys.iter().map(|k| take(k, "holder", 0)).collect()).await?;
         if held.iter().any(|r| r.first() != Some(&1)) {
             return Err(format!("{label}: a holder was refused").into());
@@ -250,7 +217,7 @@ async fn contended(
 /// Runs `calls`, [`IN_FLIGHT`] at a time; their replies.
 async fn run_all(
     conn: &MultiplexedConnection,
-    calls: Vec<redis::ScriptInvocation<'_>>,
+    calls: Vec<redis::ScriptInvocation<'static>>,
 ) -> AnyResult<Vec<Vec<i64>>> {
     Ok(stream::iter(calls)
         .map(|call| {
@@ -260,15 +227,6 @@ async fn run_all(
         .buffer_unordered(IN_FLIGHT)
         .try_collect()
         .await?)
-}
-
-/// A call of one of the queue scripts on the name whose meta key is `key`.
-fn invocation<'a>(script: &'a redis::Script, key: &str) -> redis::ScriptInvocation<'a> {
-    let mut call = script.prepare_invoke();
-    for k in ["", ":holders", ":queue", ":fence"] {
-        call.key(format!("{key}{k}"));
-    }
-    call
 }
 
 /// Calls in flight at once in each phase.
