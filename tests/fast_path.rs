@@ -176,21 +176,38 @@ async fn raw_acquire(
     script: QueueScript,
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
-    want: Want,
-    owner: &str,
-    client: &str,
+    ask: Ask,
+    cap: u32,
+    (owner, client): (&str, &str),
     grace: u64,
 ) -> (i64, i64, i64) {
-    let reply: Vec<i64> = script
-        .acquire(key, want, owner, client, grace)
+    let reply = raw_reply(script, conn, key, ask, cap, (owner, client), grace).await;
+    (reply[0], reply[1], reply.get(2).copied().unwrap_or(0))
+}
+
+/// The reply of `script` as [`raw_acquire`] calls it, as it came: empty where a fast path
+/// alone passed the call on.
+async fn raw_reply(
+    script: QueueScript,
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    (want, units): Ask,
+    cap: u32,
+    (owner, client): (&str, &str),
+    grace: u64,
+) -> Vec<i64> {
+    script
+        .acquire_units(key, want, (units, cap), owner, client, grace)
         .invoke_async(conn)
         .await
-        .unwrap();
-    (reply[0], reply[1], reply.get(2).copied().unwrap_or(0))
+        .unwrap()
 }
 
 /// A layout tag and an op: what a raw acquire asks for.
 type Want = (&'static str, &'static str);
+
+/// What a raw acquire asks for, and how many units (permits; 1 for the other ops).
+type Ask = (Want, u32);
 
 /// What a name's keys hold, with the fields that depend on the moment read apart.
 #[derive(Debug, PartialEq)]
@@ -273,8 +290,10 @@ async fn state(
 /// A hand-over by the release's fast path leaves the keys as the general path leaves them,
 /// and says the same on the channel: the same holder, marked with its client, the same queue,
 /// a new token above the last one that is the hold's and the name's last, the hold's first
-/// term, and the place's ticket. So does a release the fast path passes on (readers at the
-/// head of a write lock's queue: it puts the head back for the general path).
+/// term, and the place's ticket. So does a release that hands nothing over while others hold
+/// (a head that waits for more than is free, or nobody waiting), and a release the fast path
+/// passes on (readers at the head of a write lock's queue, permits left free for the waiter
+/// behind the head: it puts the head back for the general path).
 #[tokio::test]
 async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
     let redis = TestRedis::new();
@@ -292,19 +311,126 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
         let rw = ("rwlock:1", "w");
         let read = ("rwlock:1", "r");
         let permit = ("semaphore:1", "s");
-        // (case, the holder's layout and op, the waiters' ops in queue order, their grace in
-        // ms: the first term of a hold handed to them; the holder's lease is 30 s)
-        let cases: [(&str, Want, Vec<Want>, u64); 6] = [
-            ("fair", fair, vec![fair], 30_000),
-            ("fair-two", fair, vec![fair, fair], 30_000),
-            ("write", rw, vec![rw, read], 30_000),
-            ("readers", rw, vec![read, read, rw], 30_000),
-            // A term that ends before the holder's lease would have: the queue is told.
-            ("short-grace", fair, vec![fair, fair], 10_000),
-            // Permits: the waiters queue on the fast path, the release goes the general way.
-            ("permits", permit, vec![permit, permit], 30_000),
+        let one = |want: Want| (want, 1);
+        // (case, a semaphore's permits (0 for the locks), the holders (the first releases),
+        // the waiters in queue order, their grace in ms: the first term of a hold handed to
+        // them (the holders' lease is 30 s), and whether anyone is told and whether the
+        // release's fast path alone answers)
+        let cases = [
+            (
+                "fair",
+                0,
+                vec![one(fair)],
+                vec![one(fair)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "fair-two",
+                0,
+                vec![one(fair)],
+                vec![one(fair), one(fair)],
+                30_000,
+                [true; 2],
+            ),
+            (
+                "write",
+                0,
+                vec![one(rw)],
+                vec![one(rw), one(read)],
+                30_000,
+                [true, true],
+            ),
+            // Readers at the head: the general path.
+            (
+                "readers",
+                0,
+                vec![one(rw)],
+                vec![one(read), one(read), one(rw)],
+                30_000,
+                [true, false],
+            ),
+            // A term that ends before the holder's lease would have: the queue is told, on the
+            // general path.
+            (
+                "short-grace",
+                0,
+                vec![one(fair)],
+                vec![one(fair), one(fair)],
+                10_000,
+                [true, false],
+            ),
+            // The last reader hands over to a writer; one of two readers leaves it waiting.
+            (
+                "last-reader",
+                0,
+                vec![one(read)],
+                vec![one(rw), one(read)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "one-reader",
+                0,
+                vec![one(read), one(read)],
+                vec![one(rw)],
+                30_000,
+                [false, true],
+            ),
+            // Permits: one handed over, filling the semaphore; more freed than the head takes
+            // (the next one goes too, on the general path); a head that waits for more than
+            // is free; nobody waiting while another holds; a short term.
+            (
+                "permit",
+                1,
+                vec![one(permit)],
+                vec![one(permit), one(permit)],
+                30_000,
+                [true; 2],
+            ),
+            (
+                "permit-of-two",
+                2,
+                vec![one(permit); 2],
+                vec![one(permit)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "permits-free",
+                2,
+                vec![(permit, 2)],
+                vec![one(permit); 2],
+                30_000,
+                [true, false],
+            ),
+            (
+                "permits-short",
+                2,
+                vec![one(permit); 2],
+                vec![(permit, 2)],
+                30_000,
+                [false, true],
+            ),
+            (
+                "permit-alone",
+                2,
+                vec![one(permit), one(permit)],
+                vec![],
+                30_000,
+                [false, true],
+            ),
+            (
+                "permit-short-grace",
+                1,
+                vec![one(permit)],
+                vec![one(permit)],
+                10_000,
+                [true, false],
+            ),
         ];
-        for (case, holder, waiters, grace) in cases {
+        for (case, cap, holders, waiters, grace, [anyone, on_fast]) in cases {
+            let holder = holders[0].0;
             let mut seen = Vec::new();
             for (path, acquire, release) in [
                 ("fast", QueueScript::Acquire, QueueScript::Release),
@@ -317,34 +443,54 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 let key = redis.lock_key(&format!("{case}-{path}"));
                 let wake = format!("{key}:wake");
                 listen.subscribe(&wake).await.unwrap();
-                // The holder takes the idle name as the library does, on either path.
+                // The first holder takes the idle name as the library does, on either path.
                 let (status, token, _) = raw_acquire(
                     QueueScript::Acquire,
                     &mut conn,
                     &key,
-                    holder,
-                    "holder",
-                    "c0",
+                    holders[0],
+                    cap,
+                    ("holder", "c0"),
                     0,
                 )
                 .await;
                 assert_eq!(status, 1, "{case}: the holder");
+                for (j, ask) in holders.iter().enumerate().skip(1) {
+                    let (owner, client) = (format!("holder{j}"), format!("h{j}"));
+                    let (status, ..) =
+                        raw_acquire(acquire, &mut conn, &key, *ask, cap, (&owner, &client), 0)
+                            .await;
+                    assert_eq!(status, 1, "{case} ({path}): holder {j}");
+                }
                 let mut tickets = Vec::new();
-                for (i, op) in waiters.iter().enumerate() {
+                for (i, ask) in waiters.iter().enumerate() {
                     let owner = format!("waiter{i}");
                     let client = format!("c{}", i + 1);
+                    let who = (owner.as_str(), client.as_str());
                     let (status, wait, ticket) =
-                        raw_acquire(acquire, &mut conn, &key, *op, &owner, &client, grace).await;
+                        raw_acquire(acquire, &mut conn, &key, *ask, cap, who, grace).await;
                     assert_eq!(status, 0, "{case} ({path}): waiter {i} queues");
                     // Told to look again when the holder's lease would end at the latest.
                     assert!(wait > 0 && wait <= 30_000, "{case} ({path}): wait {wait}");
                     tickets.push(ticket);
                 }
-                let freed: Vec<i64> = release
-                    .release(&key, holder, "holder")
-                    .invoke_async(&mut conn)
-                    .await
-                    .unwrap();
+                let mut freed: Vec<i64> = Vec::new();
+                if path == "fast" {
+                    // The fast path alone answers, or passes the call on having changed nothing.
+                    freed = QueueScript::FastRelease
+                        .release(&key, holder, "holder")
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                    assert_eq!(!freed.is_empty(), on_fast, "{case}: the fast path alone");
+                }
+                if freed.is_empty() {
+                    freed = release
+                        .release(&key, holder, "holder")
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
                 assert_eq!(freed, vec![2], "{case} ({path})");
                 // Every message the release sent reached `listen` before its answer to this.
                 let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();
@@ -363,7 +509,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 let clocked: std::collections::HashMap<_, _> = clocked.into_iter().collect();
                 // A hand-over names client/owner:token:term:ticket (space-separated); a
                 // sooner change, client/owner alone.
-                let mut told = Vec::new();
+                let (mut told, mut last) = (Vec::new(), None);
                 for entry in messages.iter().flat_map(|m| m.split(' ')) {
                     let parts: Vec<&str> = entry.split(':').collect();
                     if let [who, handed, term, ticket] = parts[..] {
@@ -376,11 +522,15 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         );
                         let handed: i64 = handed.parse().unwrap();
                         if handed != 0 {
-                            // A new token, above the holder's: the hold's and the name's last.
-                            assert!(handed > token, "{case} ({path}): {handed} after {token}");
+                            // A new token, above the holder's and any handed before it in the
+                            // message: the hold's; the last one is the name's last.
+                            assert!(
+                                handed > last.unwrap_or(token),
+                                "{case} ({path}): {handed} after {token}, {last:?}"
+                            );
+                            last = Some(handed);
                             let handed = handed.to_string();
-                            assert_eq!(clocked["~fence"], handed, "{case} ({path})");
-                            let hold = match waiters[i].1 {
+                            let hold = match waiters[i].0.1 {
                                 "s" => clocked[&format!("h:waiter{i}")].split('/').nth(1),
                                 _ => clocked.get("~wfence").map(String::as_str),
                             };
@@ -391,7 +541,10 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         told.push(entry.to_owned());
                     }
                 }
-                assert!(!told.is_empty(), "{case} ({path}): nobody told");
+                assert_eq!(!told.is_empty(), anyone, "{case} ({path}): told {told:?}");
+                if let Some(last) = last {
+                    assert_eq!(clocked["~fence"], last.to_string(), "{case} ({path})");
+                }
                 listen.unsubscribe(&wake).await.unwrap();
                 seen.push((state, told, clocked));
             }
@@ -411,6 +564,181 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                     (Some(a), Some(b)) => assert!((a - b).abs() < 5_000, "{case}: {f} {a} / {b}"),
                     (a, b) => assert_eq!(a, b, "{case}: {f}"),
                 }
+            }
+        }
+    })
+    .await;
+}
+
+/// A newcomer that joins the shared holders (a reader joining readers, permits that fit) while
+/// nobody waits is answered by the acquire's fast path alone, which leaves the keys as the
+/// general path leaves them, with the same reply and, for permits, a new token above the
+/// holders' that is the name's last. When someone waits (a writer queued before the reader)
+/// the fast path passes the call on, changing nothing, and both paths queue it alike; permits
+/// that do not fit queue on either path alike.
+#[tokio::test]
+async fn a_join_on_the_fast_path_leaves_what_the_general_path_leaves() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let mut conn = redis.conn().await;
+        let (rw, read, permit) = (("rwlock:1", "w"), ("rwlock:1", "r"), ("semaphore:1", "s"));
+        let one = |want: Want| (want, 1);
+        // (case, a semaphore's permits (0 for the lock), the holders, the waiters queued after
+        // them, whether the first holder then releases (handing over to the waiters; a queue
+        // of only its `~` is left), the newcomer, whether it holds at once, and whether the
+        // fast path alone answers)
+        let cases = [
+            (
+                "reader",
+                0,
+                vec![one(read)],
+                vec![],
+                false,
+                one(read),
+                [true; 2],
+            ),
+            (
+                "third-reader",
+                0,
+                vec![one(read); 2],
+                vec![],
+                false,
+                one(read),
+                [true; 2],
+            ),
+            (
+                "after-hand-over",
+                0,
+                vec![one(rw)],
+                vec![one(read)],
+                true,
+                one(read),
+                [true; 2],
+            ),
+            (
+                "writer-waits",
+                0,
+                vec![one(read)],
+                vec![one(rw)],
+                false,
+                one(read),
+                [false; 2],
+            ),
+            (
+                "permit",
+                2,
+                vec![one(permit)],
+                vec![],
+                false,
+                one(permit),
+                [true; 2],
+            ),
+            (
+                "permits",
+                3,
+                vec![one(permit)],
+                vec![],
+                false,
+                (permit, 2),
+                [true; 2],
+            ),
+            (
+                "too-many",
+                2,
+                vec![one(permit)],
+                vec![],
+                false,
+                (permit, 2),
+                [false, true],
+            ),
+        ];
+        for (case, cap, holders, waiters, hand_over, newcomer, [holds, on_fast]) in cases {
+            let mut seen = Vec::new();
+            for path in ["fast", "general"] {
+                let key = redis.lock_key(&format!("join-{case}-{path}"));
+                let mut tokens = Vec::new();
+                for (j, ask) in holders.iter().enumerate() {
+                    let who = (format!("holder{j}"), format!("h{j}"));
+                    let (status, token, _) = raw_acquire(
+                        QueueScript::GeneralAcquire,
+                        &mut conn,
+                        &key,
+                        *ask,
+                        cap,
+                        (&who.0, &who.1),
+                        0,
+                    )
+                    .await;
+                    assert_eq!(status, 1, "{case} ({path}): holder {j}");
+                    tokens.push(token);
+                }
+                for (i, ask) in waiters.iter().enumerate() {
+                    let who = (format!("waiter{i}"), format!("c{i}"));
+                    let (status, ..) = raw_acquire(
+                        QueueScript::GeneralAcquire,
+                        &mut conn,
+                        &key,
+                        *ask,
+                        cap,
+                        (&who.0, &who.1),
+                        30_000,
+                    )
+                    .await;
+                    assert_eq!(status, 0, "{case} ({path}): waiter {i} queues");
+                }
+                if hand_over {
+                    let freed: Vec<i64> = QueueScript::GeneralRelease
+                        .release(&key, holders[0].0, "holder0")
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                    assert_eq!(freed, vec![2], "{case} ({path})");
+                }
+                let who = ("newcomer", "n");
+                let mut reply = Vec::new();
+                if path == "fast" {
+                    // The fast path alone answers, or passes the call on having changed nothing.
+                    let script = QueueScript::FastAcquire;
+                    reply = raw_reply(script, &mut conn, &key, newcomer, cap, who, 30_000).await;
+                    assert_eq!(!reply.is_empty(), on_fast, "{case}: the fast path alone");
+                }
+                if reply.is_empty() {
+                    let script = QueueScript::GeneralAcquire;
+                    reply = raw_reply(script, &mut conn, &key, newcomer, cap, who, 30_000).await;
+                }
+                let (status, token, units) = (reply[0], reply[1], reply[2]);
+                assert_eq!(status == 1, holds, "{case} ({path}): {status}");
+                let (state, clocked) = state(&mut conn, &key).await;
+                let clocked: std::collections::HashMap<_, _> = clocked.into_iter().collect();
+                if holds {
+                    assert_eq!(units, i64::from(newcomer.1), "{case} ({path})");
+                    if newcomer.0.1 == "s" {
+                        // A new token, above the holders': the hold's and the name's last.
+                        assert!(
+                            tokens.iter().all(|t| token > *t),
+                            "{case} ({path}): {token} after {tokens:?}"
+                        );
+                        assert_eq!(clocked["~fence"], token.to_string(), "{case} ({path})");
+                        let hold = clocked["h:newcomer"].split('/').nth(1).map(str::to_owned);
+                        assert_eq!(hold, Some(token.to_string()), "{case} ({path})");
+                    } else {
+                        assert_eq!(token, 0, "{case} ({path}): a read hold has no token");
+                    }
+                }
+                // A queued newcomer's wait and ticket depend on the moment: its status only.
+                seen.push((state, if holds { reply } else { vec![status] }));
+            }
+            let (general, fast) = (seen.pop().unwrap(), seen.pop().unwrap());
+            assert_eq!(fast.0, general.0, "{case}: the keys");
+            if holds && newcomer.0.1 == "s" {
+                // The tokens differ (the clock's); the rest of the reply does not.
+                assert_eq!(
+                    (fast.1[0], fast.1[2]),
+                    (general.1[0], general.1[2]),
+                    "{case}"
+                );
+            } else {
+                assert_eq!(fast.1, general.1, "{case}: the reply");
             }
         }
     })

@@ -352,8 +352,8 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
 }
 
 /// The script profile, on a server of its own: every configuration's figures on names in use,
-/// and the queued primitives' queueing attempt and hand-over on contended names, in
-/// `scripts.json`.
+/// the queued primitives' queueing attempt and hand-over on contended names, and a reader's
+/// and a permit's join of a holder on either path, in `scripts.json`.
 #[test]
 fn script_profile_covers_names_in_use_and_contended_names() {
     let out_dir = std::env::temp_dir().join(unique("redlatch-scripts-test"));
@@ -396,6 +396,20 @@ fn script_profile_covers_names_in_use_and_contended_names() {
         }
         // The script call and at least the reads and writes a queue place and a hand-over need.
         for field in ["queue_commands", "handover_commands"] {
+            assert!(row[field].as_f64().expect(field) >= 5.0, "{text}");
+        }
+    }
+    assert_eq!(
+        names(&report["joins"]),
+        ["redlatch-rwlock-read", "redlatch-semaphore"],
+        "{text}"
+    );
+    for row in report["joins"].as_array().expect("joins") {
+        for field in ["fast_us", "general_us"] {
+            assert!(row[field].as_f64().expect(field) > 0.0, "{text}");
+        }
+        // The script call, a read of the state, the clock, and the holders' and state's writes.
+        for field in ["fast_commands", "general_commands"] {
             assert!(row[field].as_f64().expect(field) >= 5.0, "{text}");
         }
     }

@@ -162,9 +162,14 @@ pub enum QueueScript {
     GeneralAcquire,
     /// `queue_release` without its fast path.
     GeneralRelease,
+    /// `queue_acquire`'s fast path alone: no reply (nil) where it passes the call on to the
+    /// general path, having changed nothing.
+    FastAcquire,
+    /// `queue_release`'s fast path alone, as [`QueueScript::FastAcquire`].
+    FastRelease,
 }
 
-static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 4]> = std::sync::LazyLock::new(|| {
+static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 6]> = std::sync::LazyLock::new(|| {
     let (keys, queue) = (LUA[3], LUA[4]);
     let (acquire_fast, acquire, release_fast, release) = (LUA[5], LUA[6], LUA[7], LUA[8]);
     [
@@ -172,6 +177,8 @@ static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 4]> = std::sync::LazyL
         format!("{PLAIN}{release_fast}{keys}{queue}{release}"),
         format!("{PLAIN}{keys}{queue}{acquire}"),
         format!("{PLAIN}{keys}{queue}{release}"),
+        format!("{PLAIN}{acquire_fast}"),
+        format!("{PLAIN}{release_fast}"),
     ]
     .map(|code| redis::Script::new(&code))
 });
@@ -198,12 +205,33 @@ impl QueueScript {
         client: &str,
         grace: u64,
     ) -> redis::ScriptInvocation<'static> {
+        self.acquire_units(
+            key,
+            (layout, op),
+            (1, u32::from(op == "s")),
+            owner,
+            client,
+            grace,
+        )
+    }
+
+    /// An acquire as [`QueueScript::acquire`] makes, of `units` units of a semaphore of `cap`
+    /// permits (for another op: 1 and 0).
+    pub fn acquire_units(
+        self,
+        key: &str,
+        (layout, op): (&str, &str),
+        (units, cap): (u32, u32),
+        owner: &str,
+        client: &str,
+        grace: u64,
+    ) -> redis::ScriptInvocation<'static> {
         let mut call = self.call(key);
         call.arg(layout)
             .arg(op)
             .arg(owner)
-            .arg(1)
-            .arg(u32::from(op == "s"))
+            .arg(units)
+            .arg(cap)
             .arg(30_000)
             .arg(grace)
             .arg(60_000)

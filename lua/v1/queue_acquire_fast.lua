@@ -9,8 +9,13 @@
 --   name held against it (an exclusive want and any holder; a read and a writer; permits more
 --   than are free) before any lease ran out (`~next` not passed): it takes its place at the
 --   end of the queue as queue_acquire would, in five calls (EXISTS, HMGET, TIME, ZADD, HSET of
---   `~seq`; a PEXPIREAT of a queue key it makes).
--- Neither loads the libraries. Anything else (a free name in use, a re-entry or a waiter's
+--   `~seq`; a PEXPIREAT of a queue key it makes);
+-- * a fresh owner that holds nothing joins the shared holders (a reader with no writer holding,
+--   permits that fit) while nobody waits and no lease ran out, as queue_acquire would, in six
+--   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; a GET of the
+--   fence key for the first permit token since the name was idle, a PEXPIREAT of the keys when
+--   the new lease ends past `~exp`).
+-- None loads the libraries. Anything else (a free name in use, a re-entry or a waiter's
 -- claim, a fence key that is not a counter of ours, a semaphore asked for more than it has)
 -- falls through to the general path, which sees the name exactly as it was.
 -- KEYS[], ARGV[] and replies: those of queue_acquire.
@@ -72,11 +77,12 @@ do
       redis.call('PEXPIREAT', KEYS[1], at)
       return {1, token, units}
     end
-  elseif ARGV[10] == 'new' and (tonumber(ARGV[7]) or 0) > 0 and units and cap then
-    -- A fresh owner that finds the name held against it queues (see the header).
+  elseif ARGV[10] == 'new' and units and cap then
+    -- A fresh owner that finds the name held against it queues, or joins the shared holders
+    -- (see the header).
     local owner = ARGV[3]
     local m = redis.pcall('HMGET', KEYS[1], '~layout', '~next', '~used', '~writer', '~seq',
-                          'h:' .. owner, '~exp', '~cap')
+                          'h:' .. owner, '~exp', '~cap', '~fence')
     if type(m) == 'table' and not m.err and m[1] == ARGV[1] and not m[6] and m[4] ~= owner then
       local used = tonumber(m[3]) or 0
       local busy
@@ -87,7 +93,49 @@ do
       else
         busy = tonumber(m[8]) == cap and units <= cap and used + units > cap
       end
-      local clock = busy and redis.call('TIME')
+      if not busy and used > 0
+          and (op == 'r' or (op == 's' and tonumber(m[8]) == cap and used + units <= cap)) then
+        -- Nobody waits: no queue, or one holding only `~`.
+        local waiting = redis.pcall('ZCARD', KEYS[3])
+        local clock = type(waiting) == 'number' and waiting <= 1 and redis.call('TIME')
+        local now = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        local nxt, ends = tonumber(m[2]) or 0, (now or 0) + tonumber(ARGV[6])
+        -- No lease has ended, and this one does not end first (`~next` stays).
+        if clock and now < nxt and ends >= nxt then
+          local n, token, last = 1, 0, 0
+          if op == 's' then
+            -- A new fencing token, as queue_lib's mint makes it.
+            n, last = units, tonumber(m[9])
+            if not last then
+              local stored = redis.pcall('GET', KEYS[4])
+              last = type(stored) ~= 'table' and tonumber(stored or '0')
+            end
+            token = last and string.format('%d',
+              math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
+          end
+          if last then
+            redis.call('ZADD', KEYS[2], ends, owner)
+            local fields = {'h:' .. owner, n .. '/' .. (op == 's' and token or '') .. '/',
+                            '~used', used + n}
+            if op == 's' then
+              fields[#fields + 1] = '~fence'
+              fields[#fields + 1] = token
+            end
+            if ends > (tonumber(m[7]) or 0) then
+              -- The keys live until the latest lease end, rounded up to the next second.
+              local at = (math.floor(ends / 1000) + 1) * 1000
+              fields[#fields + 1] = '~exp'
+              fields[#fields + 1] = at
+              redis.call('PEXPIREAT', KEYS[1], at)
+              redis.call('PEXPIREAT', KEYS[2], at)
+              if waiting == 1 then redis.call('PEXPIREAT', KEYS[3], at) end
+            end
+            redis.call('HSET', KEYS[1], unpack(fields))
+            return {1, token, n}
+          end
+        end
+      end
+      local clock = busy and (tonumber(ARGV[7]) or 0) > 0 and redis.call('TIME')
       local now = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
       -- Before `~next`, no lease has ended (it is a lower bound of every lease end).
       if clock and now < (tonumber(m[2]) or 0) then

@@ -141,13 +141,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "09d5ad007c793cf21e14fd95da29117a25310ce7",
-                "aa982bd8c861886aedc0b809e59cade5f4113169",
+                "e38e348106e45b72d65788b31343f6a42af40757",
+                "e876811b691169476d2e3c6fc14fd1658bb8cfc3",
             ),
             (
                 &*QUEUE_RELEASE,
-                "062f555d19067ee1d4ce56b6f533c5c93ed21931",
-                "7466a7ac267ebe39dc386ec47780ef1f92086dba",
+                "da2f47b4ba6012ef51696f5d13a3c98b66338ff2",
+                "d6ffdc10c368ea82e251c26960edbcf3b794f24f",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -6,7 +6,9 @@
 //! call (those the scripts ran included).
 //!
 //! Then the queued primitives' scripts on contended names, called by hand: an attempt that
-//! queues behind a holder, and the release that hands the hold over to it.
+//! queues behind a holder, and the release that hands the hold over to it; and a newcomer
+//! joining a shared holder (a reader, a permit), by the acquire as clients send it and by its
+//! general path alone.
 //!
 //! It runs on a server of the tool's own only: the figures are the server's totals, which
 //! another client's traffic would spoil.
@@ -114,6 +116,7 @@ pub async fn profile_scripts(
     }
 
     let contended = contended(&mut conn, prefix, names).await?;
+    let joins = joins(&mut conn, prefix, names).await?;
 
     println!(
         "{:<24} {:>12} {:>12} {:>12} {:>14} {:>14}",
@@ -158,7 +161,26 @@ pub async fn profile_scripts(
             "handover_commands": h.commands_per_call,
         }));
     }
-    Ok(json!({ "names": names, "rows": out, "contended": busy }))
+    println!();
+    println!(
+        "{:<24} {:>12} {:>12} {:>14} {:>14}",
+        "joining", "fast µs", "general µs", "fast cmds", "general cmds"
+    );
+    let mut joined = Vec::new();
+    for (name, f, g) in &joins {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
+            name, f.us_per_call, g.us_per_call, f.commands_per_call, g.commands_per_call
+        );
+        joined.push(json!({
+            "configuration": name,
+            "fast_us": f.us_per_call,
+            "general_us": g.us_per_call,
+            "fast_commands": f.commands_per_call,
+            "general_commands": g.commands_per_call,
+        }));
+    }
+    Ok(json!({ "names": names, "rows": out, "contended": busy, "joins": joined }))
 }
 
 /// The queued primitives' scripts on a contended name, called by hand as the library sends
@@ -210,6 +232,62 @@ async fn contended(
         }
         run_all(conn, keys.iter().map(|k| give(k, "waiter")).collect()).await?;
         rows.push((label.to_owned(), queue, handover));
+    }
+    Ok(rows)
+}
+
+/// A newcomer joining a shared holder, called by hand: on each of `names` names one owner
+/// holds (not counted), then a second owner joins it (the phase), by the acquire as clients
+/// send it (its fast path first) and, on other names, by the general path alone; then both let
+/// go. A reader joins a reader; a permit joins a permit of a semaphore of two. Per row: the
+/// fast and the general figures.
+async fn joins(
+    conn: &mut MultiplexedConnection,
+    prefix: &str,
+    names: u32,
+) -> AnyResult<Vec<(String, Phase, Phase)>> {
+    let mut rows = Vec::new();
+    for (label, want, cap) in [
+        ("redlatch-rwlock-read", ("rwlock:1", "r"), 0),
+        ("redlatch-semaphore", ("semaphore:1", "s"), 2),
+    ] {
+        let mut phases = Vec::new();
+        for (path, script) in [
+            ("fast", QueueScript::Acquire),
+            ("general", QueueScript::GeneralAcquire),
+        ] {
+            let keys: Vec<String> = (0..names)
+                .map(|i| format!("{prefix}:{{profile-join-{label}-{path}-{i}}}"))
+                .collect();
+            let take = |key: &str, owner: &str, script: QueueScript| {
+                script.acquire_units(key, want, (1, cap), owner, owner, 0)
+            };
+            let held = run_all(
+                conn,
+                keys.iter()
+                    .map(|k| take(k, "holder", QueueScript::Acquire))
+                    .collect(),
+            )
+            .await?;
+            let mut own = conn.clone();
+            let (join, joined) = phase(&mut own, SCRIPTS, names, async {
+                run_all(
+                    conn,
+                    keys.iter().map(|k| take(k, "joiner", script)).collect(),
+                )
+                .await
+            })
+            .await?;
+            if held.iter().chain(&joined).any(|r| r.first() != Some(&1)) {
+                return Err(format!("{label} ({path}): a holder was refused").into());
+            }
+            for owner in ["joiner", "holder"] {
+                let give = |k: &String| QueueScript::Release.release(k, want, owner);
+                run_all(conn, keys.iter().map(give).collect()).await?;
+            }
+            phases.push(join);
+        }
+        rows.push((label.to_owned(), phases[0], phases[1]));
     }
     Ok(rows)
 }
