@@ -73,8 +73,9 @@ enum Command {
         replicas: bool,
         /// Profile the scripts instead: each primitive's acquire and release script on names
         /// in use, then the queued primitives' queueing attempt and hand-over on contended
-        /// names, µs per call inside Redis (`INFO commandstats`), on a server of the tool's
-        /// own; writes `scripts.json`.
+        /// names and a newcomer's join of a shared holder (by the fast and the general path),
+        /// µs per call inside Redis (`INFO commandstats`), on a server of the tool's own;
+        /// writes `scripts.json`.
         #[arg(long, conflicts_with_all = ["redlock", "replicas", "cluster"])]
         scripts: bool,
         /// Time the wake path instead: the hand-off scenario, cut at each hop from a release to
