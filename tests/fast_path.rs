@@ -254,13 +254,15 @@ async fn state(
         .query_async(conn)
         .await
         .unwrap();
-    let holders: Vec<String> = redis::cmd("ZRANGE")
+    // In the order of their lease ends, which are the clock's: as a set.
+    let mut holders: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("{key}:holders"))
         .arg(0)
         .arg(-1)
         .query_async(conn)
         .await
         .unwrap();
+    holders.sort();
     let mut keys = Vec::new();
     for k in ["", ":holders", ":queue", ":fence"] {
         let ttl: i64 = redis::cmd("PTTL")

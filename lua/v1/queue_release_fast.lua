@@ -64,9 +64,9 @@ do
         -- A hold that ends before `~next` would have to tell the queue (the general path).
         if goes == 'one' and now + term < nxt then goes = nil end
         if goes == 'none' and left == 0 then
-          if w and w ~= '~' then redis.call('ZADD', KEYS[3], head[2], w) end
-          if not excl and w and w ~= '~' then
-            goes = nil
+          if w and w ~= '~' then
+            -- Nothing held and a head that waits for more than there is: the general path.
+            redis.call('ZADD', KEYS[3], head[2], w)
           else
             -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
             -- would make it).

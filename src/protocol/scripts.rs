@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "da2f47b4ba6012ef51696f5d13a3c98b66338ff2",
-                "d6ffdc10c368ea82e251c26960edbcf3b794f24f",
+                "6ef661eabb57b59bea42f153c32626e74cda40f7",
+                "82153550451e815ae52060455d823492e99120c5",
             ),
             (
                 &*QUEUE_EXTEND,
