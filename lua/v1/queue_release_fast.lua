@@ -63,19 +63,15 @@ do
         local term = c and math.max(math.min(tonumber(lease), tonumber(grace)), 1)
         -- A hold that ends before `~next` would have to tell the queue (the general path).
         if goes == 'one' and now + term < nxt then goes = nil end
-        if goes == 'none' and left == 0 then
-          if w and w ~= '~' then
-            -- Nothing held and a head that waits for more than there is: the general path.
-            redis.call('ZADD', KEYS[3], head[2], w)
-          else
-            -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
-            -- would make it).
-            if m[6] then redis.call('SET', KEYS[4], m[6], 'PX', ARGV[5]) end
-            redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-            return {2}
-          end
-        elseif goes == 'none' then
-          if w and w ~= '~' then redis.call('ZADD', KEYS[3], head[2], w) end
+        local waiting = w and w ~= '~'
+        if goes == 'none' and not waiting and left == 0 then
+          -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
+          -- would make it).
+          if m[6] then redis.call('SET', KEYS[4], m[6], 'PX', ARGV[5]) end
+          redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+          return {2}
+        elseif goes == 'none' and left > 0 then
+          if waiting then redis.call('ZADD', KEYS[3], head[2], w) end
           redis.call('ZREM', KEYS[2], owner)
           redis.call('HSET', KEYS[1], '~used', left)
           redis.call('HDEL', KEYS[1], 'h:' .. owner)
@@ -118,10 +114,10 @@ do
                        c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2])
             return {2}
           end
-          redis.call('ZADD', KEYS[3], head[2], w)
-        elseif w and w ~= '~' then
-          redis.call('ZADD', KEYS[3], head[2], w)
         end
+        -- Passed on to the general path (nothing held and a head that waits for more than
+        -- there is, or not this path's case): the head goes back first.
+        if waiting then redis.call('ZADD', KEYS[3], head[2], w) end
       end
     end
   end

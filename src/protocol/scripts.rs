@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "6ef661eabb57b59bea42f153c32626e74cda40f7",
-                "82153550451e815ae52060455d823492e99120c5",
+                "55201ce13f9d4d9370e439af9d7598ea183193c3",
+                "32644a1d7b3dbbfdce79cd89540ee795d289bc22",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -142,44 +142,13 @@ pub async fn profile_scripts(
             "release_commands": r.commands_per_call,
         }));
     }
-    println!();
-    println!(
-        "{:<24} {:>12} {:>12} {:>14} {:>14}",
-        "contended", "queue µs", "hand-over µs", "queue cmds", "hand-over cmds"
+    let busy = print_pairs(
+        "contended",
+        ["queue", "hand-over"],
+        ["queue", "handover"],
+        &contended,
     );
-    let mut busy = Vec::new();
-    for (name, q, h) in &contended {
-        println!(
-            "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
-            name, q.us_per_call, h.us_per_call, q.commands_per_call, h.commands_per_call
-        );
-        busy.push(json!({
-            "configuration": name,
-            "queue_us": q.us_per_call,
-            "handover_us": h.us_per_call,
-            "queue_commands": q.commands_per_call,
-            "handover_commands": h.commands_per_call,
-        }));
-    }
-    println!();
-    println!(
-        "{:<24} {:>12} {:>12} {:>14} {:>14}",
-        "joining", "fast µs", "general µs", "fast cmds", "general cmds"
-    );
-    let mut joined = Vec::new();
-    for (name, f, g) in &joins {
-        println!(
-            "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
-            name, f.us_per_call, g.us_per_call, f.commands_per_call, g.commands_per_call
-        );
-        joined.push(json!({
-            "configuration": name,
-            "fast_us": f.us_per_call,
-            "general_us": g.us_per_call,
-            "fast_commands": f.commands_per_call,
-            "general_commands": g.commands_per_call,
-        }));
-    }
+    let joined = print_pairs("joining", ["fast", "general"], ["fast", "general"], &joins);
     Ok(json!({ "names": names, "rows": out, "contended": busy, "joins": joined }))
 }
 
@@ -290,6 +259,41 @@ async fn joins(
         rows.push((label.to_owned(), phases[0], phases[1]));
     }
     Ok(rows)
+}
+
+/// Prints a table of two phases per configuration (titled `title`, the phases headed `heads`),
+/// after a blank line: µs and commands per call of each. Returns its rows as JSON, the
+/// phases' fields named `<key>_us` and `<key>_commands` for `keys`.
+fn print_pairs(
+    title: &str,
+    heads: [&str; 2],
+    keys: [&str; 2],
+    rows: &[(String, Phase, Phase)],
+) -> Vec<Value> {
+    println!();
+    println!(
+        "{:<24} {:>12} {:>12} {:>14} {:>14}",
+        title,
+        format!("{} µs", heads[0]),
+        format!("{} µs", heads[1]),
+        format!("{} cmds", heads[0]),
+        format!("{} cmds", heads[1])
+    );
+    let mut out = Vec::new();
+    for (name, a, b) in rows {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
+            name, a.us_per_call, b.us_per_call, a.commands_per_call, b.commands_per_call
+        );
+        let mut row = serde_json::Map::new();
+        row.insert("configuration".to_owned(), json!(name));
+        for (key, phase) in keys.iter().zip([a, b]) {
+            row.insert(format!("{key}_us"), json!(phase.us_per_call));
+            row.insert(format!("{key}_commands"), json!(phase.commands_per_call));
+        }
+        out.push(Value::Object(row));
+    }
+    out
 }
 
 /// Runs `calls`, [`IN_FLIGHT`] at a time; their replies.
