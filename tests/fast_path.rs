@@ -170,8 +170,8 @@ async fn permits_and_readers_taken_on_the_fast_path_count_with_the_rest() {
     .await;
 }
 
-/// `script` (an acquire) for `owner` of client `client` (see [`QueueScript::acquire`]);
-/// returns the reply's status, its token or wait, and the ticket.
+/// `script` (an acquire) for `owner` of client `client`, with a lease and a grace in ms (see
+/// [`QueueScript::acquire_for`]); returns the reply's status, its token or wait, and the ticket.
 async fn raw_acquire(
     script: QueueScript,
     conn: &mut redis::aio::MultiplexedConnection,
@@ -179,9 +179,9 @@ async fn raw_acquire(
     ask: Ask,
     cap: u32,
     (owner, client): (&str, &str),
-    grace: u64,
+    term: (u64, u64),
 ) -> (i64, i64, i64) {
-    let reply = raw_reply(script, conn, key, ask, cap, (owner, client), grace).await;
+    let reply = raw_reply(script, conn, key, ask, cap, (owner, client), term).await;
     (reply[0], reply[1], reply.get(2).copied().unwrap_or(0))
 }
 
@@ -193,11 +193,11 @@ async fn raw_reply(
     key: &str,
     (want, units): Ask,
     cap: u32,
-    (owner, client): (&str, &str),
-    grace: u64,
+    who: (&str, &str),
+    term: (u64, u64),
 ) -> Vec<i64> {
     script
-        .acquire_units(key, want, (units, cap), owner, client, grace)
+        .acquire_for(key, want, (units, cap), who, term)
         .invoke_async(conn)
         .await
         .unwrap()
@@ -264,13 +264,32 @@ async fn state(
         .unwrap();
     holders.sort();
     let mut keys = Vec::new();
-    for k in ["", ":holders", ":queue", ":fence"] {
-        let ttl: i64 = redis::cmd("PTTL")
+    // The name's keys expire when `~exp` says; a sorted set holding only its `~` may expire
+    // sooner (it is made again, with the name's expiry, when a member comes). The fence key
+    // lives on its own.
+    let exp: i64 = meta
+        .iter()
+        .find(|(f, _)| f == "~exp")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let members = |set: &[String]| set.iter().any(|m| m != "~");
+    for (k, full) in [
+        ("", true),
+        (":holders", members(&holders)),
+        (":queue", members(&queue)),
+        (":fence", false),
+    ] {
+        let at: i64 = redis::cmd("PEXPIRETIME")
             .arg(format!("{key}{k}"))
             .query_async(conn)
             .await
             .unwrap();
-        keys.push((ttl != -2, ttl > 0));
+        if at > 0 && k != ":fence" {
+            assert!(
+                at == exp || (!full && at < exp),
+                "{key}{k}: expires at {at}, the name at {exp}"
+            );
+        }
+        keys.push((at != -2, at > 0));
     }
     let mut clocked_values: Vec<_> = meta
         .into_iter()
@@ -293,9 +312,10 @@ async fn state(
 /// and says the same on the channel: the same holder, marked with its client, the same queue,
 /// a new token above the last one that is the hold's and the name's last, the hold's first
 /// term, and the place's ticket. So does a release that hands nothing over while others hold
-/// (a head that waits for more than is free, or nobody waiting), and a release the fast path
-/// passes on (readers at the head of a write lock's queue, permits left free for the waiter
-/// behind the head: it puts the head back for the general path).
+/// (a head that waits for more than is free, or nobody waiting), a write lock's release to the
+/// readers at the head of its queue, and a release the fast path passes on (permits left free
+/// for the waiter behind the head, a term shorter than the holder's lease: it puts back what it
+/// popped for the general path).
 #[tokio::test]
 async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
     let redis = TestRedis::new();
@@ -316,8 +336,8 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
         let one = |want: Want| (want, 1);
         // (case, a semaphore's permits (0 for the locks), the holders (the first releases),
         // the waiters in queue order, their grace in ms: the first term of a hold handed to
-        // them (the holders' lease is 30 s), and whether anyone is told and whether the
-        // release's fast path alone answers)
+        // them (the first holder's lease is 20 s, the others' 30 s), and whether anyone is
+        // told and whether the release's fast path alone answers)
         let cases = [
             (
                 "fair",
@@ -343,13 +363,39 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 30_000,
                 [true, true],
             ),
-            // Readers at the head: the general path.
+            // Readers at the head: every one up to the first writer, or to the queue's end;
+            // the general path's when their term ends before the writer's lease would have.
             (
                 "readers",
                 0,
                 vec![one(rw)],
-                vec![one(read), one(read), one(rw)],
+                vec![one(read), one(read), one(rw), one(read)],
                 30_000,
+                [true, true],
+            ),
+            (
+                "readers-all",
+                0,
+                vec![one(rw)],
+                vec![one(read); 3],
+                30_000,
+                [true, true],
+            ),
+            // Their term ends with the writer's lease: the keys' expiry stays.
+            (
+                "readers-same-term",
+                0,
+                vec![one(rw)],
+                vec![one(read), one(read)],
+                20_000,
+                [true, true],
+            ),
+            (
+                "readers-short-grace",
+                0,
+                vec![one(rw)],
+                vec![one(read), one(read)],
+                10_000,
                 [true, false],
             ),
             // A term that ends before the holder's lease would have: the queue is told, on the
@@ -445,7 +491,8 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 let key = redis.lock_key(&format!("{case}-{path}"));
                 let wake = format!("{key}:wake");
                 listen.subscribe(&wake).await.unwrap();
-                // The first holder takes the idle name as the library does, on either path.
+                // The first holder takes the idle name as the library does, on either path,
+                // with a lease that ends before what is handed over (so the keys' expiry moves).
                 let (status, token, _) = raw_acquire(
                     QueueScript::Acquire,
                     &mut conn,
@@ -453,15 +500,22 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                     holders[0],
                     cap,
                     ("holder", "c0"),
-                    0,
+                    (20_000, 0),
                 )
                 .await;
                 assert_eq!(status, 1, "{case}: the holder");
                 for (j, ask) in holders.iter().enumerate().skip(1) {
                     let (owner, client) = (format!("holder{j}"), format!("h{j}"));
-                    let (status, ..) =
-                        raw_acquire(acquire, &mut conn, &key, *ask, cap, (&owner, &client), 0)
-                            .await;
+                    let (status, ..) = raw_acquire(
+                        acquire,
+                        &mut conn,
+                        &key,
+                        *ask,
+                        cap,
+                        (&owner, &client),
+                        (30_000, 0),
+                    )
+                    .await;
                     assert_eq!(status, 1, "{case} ({path}): holder {j}");
                 }
                 let mut tickets = Vec::new();
@@ -470,7 +524,8 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                     let client = format!("c{}", i + 1);
                     let who = (owner.as_str(), client.as_str());
                     let (status, wait, ticket) =
-                        raw_acquire(acquire, &mut conn, &key, *ask, cap, who, grace).await;
+                        raw_acquire(acquire, &mut conn, &key, *ask, cap, who, (30_000, grace))
+                            .await;
                     assert_eq!(status, 0, "{case} ({path}): waiter {i} queues");
                     // Told to look again when the holder's lease would end at the latest.
                     assert!(wait > 0 && wait <= 30_000, "{case} ({path}): wait {wait}");
@@ -668,7 +723,7 @@ async fn a_join_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         *ask,
                         cap,
                         (&who.0, &who.1),
-                        0,
+                        (30_000, 0),
                     )
                     .await;
                     assert_eq!(status, 1, "{case} ({path}): holder {j}");
@@ -683,7 +738,7 @@ async fn a_join_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         *ask,
                         cap,
                         (&who.0, &who.1),
-                        30_000,
+                        (30_000, 30_000),
                     )
                     .await;
                     assert_eq!(status, 0, "{case} ({path}): waiter {i} queues");
@@ -701,12 +756,30 @@ async fn a_join_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 if path == "fast" {
                     // The fast path alone answers, or passes the call on having changed nothing.
                     let script = QueueScript::FastAcquire;
-                    reply = raw_reply(script, &mut conn, &key, newcomer, cap, who, 30_000).await;
+                    reply = raw_reply(
+                        script,
+                        &mut conn,
+                        &key,
+                        newcomer,
+                        cap,
+                        who,
+                        (30_000, 30_000),
+                    )
+                    .await;
                     assert_eq!(!reply.is_empty(), on_fast, "{case}: the fast path alone");
                 }
                 if reply.is_empty() {
                     let script = QueueScript::GeneralAcquire;
-                    reply = raw_reply(script, &mut conn, &key, newcomer, cap, who, 30_000).await;
+                    reply = raw_reply(
+                        script,
+                        &mut conn,
+                        &key,
+                        newcomer,
+                        cap,
+                        who,
+                        (30_000, 30_000),
+                    )
+                    .await;
                 }
                 let (status, token, units) = (reply[0], reply[1], reply[2]);
                 assert_eq!(status == 1, holds, "{case} ({path}): {status}");

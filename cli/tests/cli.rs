@@ -352,8 +352,9 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
 }
 
 /// The script profile, on a server of its own: every configuration's figures on names in use,
-/// the queued primitives' queueing attempt and hand-over on contended names, and a reader's
-/// and a permit's join of a holder on either path, in `scripts.json`.
+/// the queued primitives' queueing attempt and hand-over on contended names (a write lock's to
+/// one writer and to two readers), and a reader's and a permit's join of a holder on either
+/// path, in `scripts.json`.
 #[test]
 fn script_profile_covers_names_in_use_and_contended_names() {
     let out_dir = std::env::temp_dir().join(unique("redlatch-scripts-test"));
@@ -386,7 +387,8 @@ fn script_profile_covers_names_in_use_and_contended_names() {
         [
             "redlatch-fair",
             "redlatch-semaphore",
-            "redlatch-rwlock-write"
+            "redlatch-rwlock-write",
+            "redlatch-rwlock-readers"
         ],
         "{text}"
     );

@@ -220,11 +220,23 @@ impl QueueScript {
     pub fn acquire_units(
         self,
         key: &str,
-        (layout, op): (&str, &str),
-        (units, cap): (u32, u32),
+        want: (&str, &str),
+        units: (u32, u32),
         owner: &str,
         client: &str,
         grace: u64,
+    ) -> redis::ScriptInvocation<'static> {
+        self.acquire_for(key, want, units, (owner, client), (30_000, grace))
+    }
+
+    /// An acquire as [`QueueScript::acquire_units`] makes, with a lease of `lease` ms.
+    pub fn acquire_for(
+        self,
+        key: &str,
+        (layout, op): (&str, &str),
+        (units, cap): (u32, u32),
+        (owner, client): (&str, &str),
+        (lease, grace): (u64, u64),
     ) -> redis::ScriptInvocation<'static> {
         let mut call = self.call(key);
         call.arg(layout)
@@ -232,7 +244,7 @@ impl QueueScript {
             .arg(owner)
             .arg(units)
             .arg(cap)
-            .arg(30_000)
+            .arg(lease)
             .arg(grace)
             .arg(60_000)
             .arg(format!("{key}:wake"))

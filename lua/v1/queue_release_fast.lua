@@ -14,9 +14,14 @@
 --   units fill the semaphore (ZADD, ZREM of the holders for a shared hold, HSET, HDEL,
 --   PUBLISH; a GET of the fence key for the first token a hand-over issues since the name was
 --   idle, a PEXPIREAT of the keys when the new lease ends past `~exp`).
--- Anything else (readers at the head, permits left free for the next waiter, a term that ends
--- before `~next`, a waiter that already holds) falls through to the general path, which sees
--- the name exactly as it was (a head popped and not handed the hold is put back first).
+-- * the exclusive holder's last hold goes to the readers at the head, every one up to the first
+--   other waiter or the queue's end (a ZPOPMIN each, the waiter that stopped them put back;
+--   HMGET, ZADD of the holders, HSET, HDEL, PUBLISH, a PEXPIREAT of the keys when a lease ends
+--   past `~exp`).
+-- Anything else (permits left free for the next waiter, a term that ends before `~next`, a
+-- waiter that already holds, an owner queued twice) falls through to the general path, which
+-- sees the name exactly as it was (every waiter popped and not handed the hold is put back
+-- first).
 -- KEYS[], ARGV[] and replies: those of queue_release.
 do
   local op, owner = ARGV[2], ARGV[3]
@@ -55,6 +60,8 @@ do
         elseif c ~= nil and c ~= '' then
           if (wop == 'x' or wop == 'w') and op ~= 's' then
             goes = left == 0 and 'one' or 'none'
+          elseif wop == 'r' and op == 'w' then
+            goes = 'readers'
           elseif wop == 's' and op == 's' then
             local fill = left + tonumber(units) - (tonumber(m[9]) or 0)
             if fill > 0 then goes = 'none' elseif fill == 0 then goes = 'one' end
@@ -62,7 +69,7 @@ do
         end
         local term = c and math.max(math.min(tonumber(lease), tonumber(grace)), 1)
         -- A hold that ends before `~next` would have to tell the queue (the general path).
-        if goes == 'one' and now + term < nxt then goes = nil end
+        if (goes == 'one' or goes == 'readers') and now + term < nxt then goes = nil end
         local waiting = w and w ~= '~'
         if goes == 'none' and not waiting and left == 0 then
           -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
@@ -114,6 +121,65 @@ do
                        c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2])
             return {2}
           end
+        elseif goes == 'readers' then
+          -- The readers behind the head, up to the first other waiter (`stop`, put back) or
+          -- the queue's end (its `~` popped: the key is gone, as the general path leaves it).
+          local readers, popped, seen, stop = {{o, c, term, head[2]}}, {}, {[o] = true}, nil
+          while goes do
+            local next_ = redis.call('ZPOPMIN', KEYS[3])
+            local n = next_[1]
+            if not n then break end
+            popped[#popped + 1] = next_
+            if n == '~' then break end
+            local c2, o2, op2, _, lease2, grace2 =
+              string.match(n, '^([^/]*)/([^/]+)/(%a)(%d+)/(%d+)/(%d+)$')
+            if op2 ~= 'r' then
+              stop = next_
+              break
+            end
+            local t2 = math.max(math.min(tonumber(lease2), tonumber(grace2)), 1)
+            -- Told of a sooner change, or an owner queued twice: the general path's.
+            if c2 == '' or seen[o2] or now + t2 < nxt then goes = nil end
+            seen[o2] = true
+            readers[#readers + 1] = {o2, c2, t2, next_[2]}
+          end
+          local fields, names = {'~used', #readers}, {}
+          for i, r in ipairs(readers) do
+            names[i] = 'h:' .. r[1]
+            fields[2 * i + 1], fields[2 * i + 2] = names[i], '1//' .. r[2]
+          end
+          -- A reader that holds already: the general path's.
+          if goes then
+            for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(names))) do
+              if v then goes = nil end
+            end
+          end
+          if goes then
+            if stop then redis.call('ZADD', KEYS[3], stop[2], stop[1]) end
+            local holders, told, top = {'GT'}, {}, 0
+            for _, r in ipairs(readers) do
+              local ends = now + r[3]
+              if ends > top then top = ends end
+              holders[#holders + 1], holders[#holders + 2] = ends, r[1]
+              told[#told + 1] = r[2] .. '/' .. r[1] .. ':0:' .. r[3] .. ':' .. r[4]
+            end
+            holders[#holders + 1], holders[#holders + 2] = '+inf', '~'
+            -- The holders' key made here (its `~` new) takes the name's expiry.
+            local made = redis.call('ZADD', KEYS[2], unpack(holders)) > #readers
+            local exp = tonumber(m[8]) or 0
+            if top > exp then
+              local at = (math.floor(top / 1000) + 1) * 1000
+              fields[#fields + 1], fields[#fields + 2] = '~exp', at
+              for k = 1, 3 do redis.call('PEXPIREAT', KEYS[k], at) end
+            elseif made and exp > 0 then
+              redis.call('PEXPIREAT', KEYS[2], exp)
+            end
+            redis.call('HSET', KEYS[1], unpack(fields))
+            redis.call('HDEL', KEYS[1], '~writer', '~wholds', '~wfence', '~wexp', '~wclient')
+            redis.call(PUBLISH, ARGV[4], table.concat(told, ' '))
+            return {2}
+          end
+          for _, p in ipairs(popped) do redis.call('ZADD', KEYS[3], p[2], p[1]) end
         end
         -- Passed on to the general path (nothing held and a head that waits for more than
         -- there is, or not this path's case): the head goes back first.

@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "55201ce13f9d4d9370e439af9d7598ea183193c3",
-                "32644a1d7b3dbbfdce79cd89540ee795d289bc22",
+                "520e5d51cedf79209a82ff7cbb27a0fe4a48e8c5",
+                "d762913a2e8665f5bf77afb2e24593bb6ce9a824",
             ),
             (
                 &*QUEUE_EXTEND,

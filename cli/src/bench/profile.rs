@@ -156,50 +156,66 @@ pub async fn profile_scripts(
 /// them (no client logic, no wake-up): on each of `names` names one owner holds (not counted),
 /// then a second owner's attempt queues behind it (the `queue` phase), then the holder's
 /// release hands the hold over to it (the `hand-over` phase, its message published to
-/// nobody); the new holders then let go. A semaphore has one permit here.
+/// nobody); the new holders then let go. A semaphore has one permit here. In the last row two
+/// readers queue behind a writer (the `queue` phase per attempt), and its release hands the
+/// lock to both.
 async fn contended(
     conn: &mut MultiplexedConnection,
     prefix: &str,
     names: u32,
 ) -> AnyResult<Vec<(String, Phase, Phase)>> {
     let mut rows = Vec::new();
-    for (label, layout, op) in [
-        ("redlatch-fair", "fair:1", "x"),
-        ("redlatch-semaphore", "semaphore:1", "s"),
-        ("redlatch-rwlock-write", "rwlock:1", "w"),
+    for (label, layout, op, waiting) in [
+        ("redlatch-fair", "fair:1", "x", ["x"].as_slice()),
+        ("redlatch-semaphore", "semaphore:1", "s", &["s"]),
+        ("redlatch-rwlock-write", "rwlock:1", "w", &["w"]),
+        ("redlatch-rwlock-readers", "rwlock:1", "w", &["r", "r"]),
     ] {
         let keys: Vec<String> = (0..names)
             .map(|i| format!("{prefix}:{{profile-contended-{label}-{i}}}"))
             .collect();
-        let want = (layout, op);
-        let take = |key: &str, owner: &str, grace: u64| {
-            QueueScript::Acquire.acquire(key, want, owner, owner, grace)
+        let take = |key: &str, op: &str, owner: &str, grace: u64| {
+            QueueScript::Acquire.acquire(key, (layout, op), owner, owner, grace)
         };
-        let give = |key: &str, owner: &str| QueueScript::Release.release(key, want, owner);
-        let held = run_all(conn, keys.iter().map(|k| take(k, "holder", 0)).collect()).await?;
+        let give = |key: &str, op: &str, owner: &str| {
+            QueueScript::Release.release(key, (layout, op), owner)
+        };
+        let held = run_all(
+            conn,
+            keys.iter().map(|k| take(k, op, "holder", 0)).collect(),
+        )
+        .await?;
         if held.iter().any(|r| r.first() != Some(&1)) {
             return Err(format!("{label}: a holder was refused").into());
         }
+        // Waiter i is `waiter<i>`, of op `waiting[i]`.
+        let waiters: Vec<(String, &str)> = waiting
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (format!("waiter{i}"), *op))
+            .collect();
+        let attempts = names * waiters.len() as u32;
         let mut own = conn.clone();
-        let (queue, queued) = phase(&mut own, SCRIPTS, names, async {
-            run_all(
-                conn,
-                keys.iter().map(|k| take(k, "waiter", 30_000)).collect(),
-            )
-            .await
+        let (queue, queued) = phase(&mut own, SCRIPTS, attempts, async {
+            let calls = waiters
+                .iter()
+                .flat_map(|(owner, op)| keys.iter().map(move |k| take(k, op, owner, 30_000)));
+            run_all(conn, calls.collect()).await
         })
         .await?;
         if queued.iter().any(|r| r.first() != Some(&0)) {
             return Err(format!("{label}: a waiter did not queue").into());
         }
         let (handover, handed) = phase(&mut own, SCRIPTS, names, async {
-            run_all(conn, keys.iter().map(|k| give(k, "holder")).collect()).await
+            run_all(conn, keys.iter().map(|k| give(k, op, "holder")).collect()).await
         })
         .await?;
         if handed.iter().any(|r| r.first() != Some(&2)) {
             return Err(format!("{label}: a release did not let go").into());
         }
-        run_all(conn, keys.iter().map(|k| give(k, "waiter")).collect()).await?;
+        for (owner, op) in &waiters {
+            run_all(conn, keys.iter().map(|k| give(k, op, owner)).collect()).await?;
+        }
         rows.push((label.to_owned(), queue, handover));
     }
     Ok(rows)
