@@ -312,10 +312,10 @@ async fn state(
 /// and says the same on the channel: the same holder, marked with its client, the same queue,
 /// a new token above the last one that is the hold's and the name's last, the hold's first
 /// term, and the place's ticket. So does a release that hands nothing over while others hold
-/// (a head that waits for more than is free, or nobody waiting), a write lock's release to the
-/// readers at the head of its queue, and a release the fast path passes on (permits left free
-/// for the waiter behind the head, a term shorter than the holder's lease: it puts back what it
-/// popped for the general path).
+/// (a head that waits for more than is free, or nobody waiting), a release that lets several
+/// waiters in (a write lock's to the readers at the head of its queue, permits freed beyond
+/// what the head takes), and a release the fast path passes on (a term shorter than the
+/// holder's lease: it puts back what it popped for the general path).
 #[tokio::test]
 async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
     let redis = TestRedis::new();
@@ -425,9 +425,11 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 30_000,
                 [false, true],
             ),
-            // Permits: one handed over, filling the semaphore; more freed than the head takes
-            // (the next one goes too, on the general path); a head that waits for more than
-            // is free; nobody waiting while another holds; a short term.
+            // Permits: one handed over, filling the semaphore; a head that waits for more than
+            // is free; nobody waiting while another holds; a short term; more freed than the
+            // head takes: the waiters behind it go too while the freed permits cover them, up
+            // to the queue's end or the first they do not cover (the general path's when a
+            // term is short).
             (
                 "permit",
                 1,
@@ -450,6 +452,38 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 vec![(permit, 2)],
                 vec![one(permit); 2],
                 30_000,
+                [true, true],
+            ),
+            (
+                "permits-free-to-end",
+                4,
+                vec![(permit, 4)],
+                vec![one(permit), (permit, 2)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "permits-free-then-too-many",
+                3,
+                vec![(permit, 3)],
+                vec![one(permit), (permit, 3), one(permit)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "permits-free-among-holders",
+                3,
+                vec![(permit, 2), one(permit)],
+                vec![one(permit), one(permit), one(permit)],
+                30_000,
+                [true, true],
+            ),
+            (
+                "permits-free-short-grace",
+                2,
+                vec![(permit, 2)],
+                vec![one(permit); 2],
+                10_000,
                 [true, false],
             ),
             (

@@ -352,9 +352,9 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
 }
 
 /// The script profile, on a server of its own: every configuration's figures on names in use,
-/// the queued primitives' queueing attempt and hand-over on contended names (a write lock's to
-/// one writer and to two readers), and a reader's and a permit's join of a holder on either
-/// path, in `scripts.json`.
+/// the queued primitives' queueing attempt and hand-over on contended names (also a write
+/// lock's to two readers, and two permits' to two waiters), and a reader's and a permit's join
+/// of a holder on either path, in `scripts.json`.
 #[test]
 fn script_profile_covers_names_in_use_and_contended_names() {
     let out_dir = std::env::temp_dir().join(unique("redlatch-scripts-test"));
@@ -388,7 +388,8 @@ fn script_profile_covers_names_in_use_and_contended_names() {
             "redlatch-fair",
             "redlatch-semaphore",
             "redlatch-rwlock-write",
-            "redlatch-rwlock-readers"
+            "redlatch-rwlock-readers",
+            "redlatch-semaphore-two"
         ],
         "{text}"
     );

@@ -14,14 +14,15 @@
 --   units fill the semaphore (ZADD, ZREM of the holders for a shared hold, HSET, HDEL,
 --   PUBLISH; a GET of the fence key for the first token a hand-over issues since the name was
 --   idle, a PEXPIREAT of the keys when the new lease ends past `~exp`).
--- * the exclusive holder's last hold goes to the readers at the head, every one up to the first
---   other waiter or the queue's end (a ZPOPMIN each, the waiter that stopped them put back;
---   HMGET, ZADD of the holders, HSET, HDEL, PUBLISH, a PEXPIREAT of the keys when a lease ends
---   past `~exp`).
--- Anything else (permits left free for the next waiter, a term that ends before `~next`, a
--- waiter that already holds, an owner queued twice) falls through to the general path, which
--- sees the name exactly as it was (every waiter popped and not handed the hold is put back
--- first).
+-- * several waiters from the head go: the readers after the exclusive holder's last hold,
+--   every one up to the first other waiter or the queue's end; the permit waiters while the
+--   permits freed cover them, up to the first they do not (a ZPOPMIN each, the waiter that
+--   stopped them put back; HMGET, ZADD of the holders, HSET, HDEL, PUBLISH; for permits ZREM
+--   of the releaser and a GET of the fence key as above; a PEXPIREAT of the keys when a lease
+--   ends past `~exp`).
+-- Anything else (a term that ends before `~next`, a waiter that already holds, an owner queued
+-- twice) falls through to the general path, which sees the name exactly as it was (every
+-- waiter popped and not handed the hold is put back first).
 -- KEYS[], ARGV[] and replies: those of queue_release.
 do
   local op, owner = ARGV[2], ARGV[3]
@@ -61,15 +62,21 @@ do
           if (wop == 'x' or wop == 'w') and op ~= 's' then
             goes = left == 0 and 'one' or 'none'
           elseif wop == 'r' and op == 'w' then
-            goes = 'readers'
+            goes = 'several'
           elseif wop == 's' and op == 's' then
             local fill = left + tonumber(units) - (tonumber(m[9]) or 0)
-            if fill > 0 then goes = 'none' elseif fill == 0 then goes = 'one' end
+            if fill > 0 then
+              goes = 'none'
+            elseif fill == 0 then
+              goes = 'one'
+            else
+              goes = 'several'
+            end
           end
         end
         local term = c and math.max(math.min(tonumber(lease), tonumber(grace)), 1)
         -- A hold that ends before `~next` would have to tell the queue (the general path).
-        if (goes == 'one' or goes == 'readers') and now + term < nxt then goes = nil end
+        if (goes == 'one' or goes == 'several') and now + term < nxt then goes = nil end
         local waiting = w and w ~= '~'
         if goes == 'none' and not waiting and left == 0 then
           -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
@@ -121,19 +128,23 @@ do
                        c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2])
             return {2}
           end
-        elseif goes == 'readers' then
-          -- The readers behind the head, up to the first other waiter (`stop`, put back) or
-          -- the queue's end (its `~` popped: the key is gone, as the general path leaves it).
-          local readers, popped, seen, stop = {{o, c, term, head[2]}}, {}, {[o] = true}, nil
-          while goes do
+        elseif goes == 'several' then
+          -- Every waiter from the head that fits, as the general path's handoff lets them in:
+          -- readers up to the first writer, permit waiters while the free permits cover them.
+          -- The first that does not fit stops them (`stop`, put back); so does the queue's end
+          -- (its `~` popped: the key is gone, as the general path leaves it).
+          local permits, cap = wop == 's', tonumber(m[9]) or 0
+          local used = left + tonumber(units)
+          local going, popped, seen, stop = {{o, c, term, head[2], units}}, {}, {[o] = true}, nil
+          while goes and (not permits or used < cap) do
             local next_ = redis.call('ZPOPMIN', KEYS[3])
             local n = next_[1]
             if not n then break end
             popped[#popped + 1] = next_
             if n == '~' then break end
-            local c2, o2, op2, _, lease2, grace2 =
+            local c2, o2, op2, n2, lease2, grace2 =
               string.match(n, '^([^/]*)/([^/]+)/(%a)(%d+)/(%d+)/(%d+)$')
-            if op2 ~= 'r' then
+            if op2 ~= wop or (permits and used + tonumber(n2) > cap) then
               stop = next_
               break
             end
@@ -141,31 +152,51 @@ do
             -- Told of a sooner change, or an owner queued twice: the general path's.
             if c2 == '' or seen[o2] or now + t2 < nxt then goes = nil end
             seen[o2] = true
-            readers[#readers + 1] = {o2, c2, t2, next_[2]}
+            used = used + tonumber(n2)
+            going[#going + 1] = {o2, c2, t2, next_[2], n2}
           end
-          local fields, names = {'~used', #readers}, {}
-          for i, r in ipairs(readers) do
-            names[i] = 'h:' .. r[1]
-            fields[2 * i + 1], fields[2 * i + 2] = names[i], '1//' .. r[2]
-          end
-          -- A reader that holds already: the general path's.
+          local names = {}
+          for i, g in ipairs(going) do names[i] = 'h:' .. g[1] end
+          -- A waiter that holds already (the releaser among them): the general path's.
           if goes then
             for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(names))) do
               if v then goes = nil end
             end
           end
+          -- Permits' tokens: each above the last one issued, as the general path mints them.
+          local fence = 0
+          if goes and permits then
+            fence = tonumber(m[6])
+            if not fence then
+              local stored = redis.pcall('GET', KEYS[4])
+              fence = type(stored) ~= 'table' and tonumber(stored or '0')
+              if not fence then goes = nil end
+            end
+          end
           if goes then
             if stop then redis.call('ZADD', KEYS[3], stop[2], stop[1]) end
-            local holders, told, top = {'GT'}, {}, 0
-            for _, r in ipairs(readers) do
-              local ends = now + r[3]
+            local fields, holders, told, top = {'~used', used}, {'GT'}, {}, 0
+            local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+            for i, g in ipairs(going) do
+              local ends, token = now + g[3], '0'
               if ends > top then top = ends end
-              holders[#holders + 1], holders[#holders + 2] = ends, r[1]
-              told[#told + 1] = r[2] .. '/' .. r[1] .. ':0:' .. r[3] .. ':' .. r[4]
+              if permits then
+                fence = math.max(fence + 1, us)
+                token = string.format('%d', fence)
+                fields[#fields + 1] = names[i]
+                fields[#fields + 1] = g[5] .. '/' .. token .. '/' .. g[2]
+              else
+                fields[#fields + 1], fields[#fields + 2] = names[i], '1//' .. g[2]
+              end
+              holders[#holders + 1], holders[#holders + 2] = ends, g[1]
+              told[#told + 1] = g[2] .. '/' .. g[1] .. ':' .. token .. ':' .. g[3] .. ':' .. g[4]
+            end
+            if permits then
+              fields[#fields + 1], fields[#fields + 2] = '~fence', string.format('%d', fence)
             end
             holders[#holders + 1], holders[#holders + 2] = '+inf', '~'
             -- The holders' key made here (its `~` new) takes the name's expiry.
-            local made = redis.call('ZADD', KEYS[2], unpack(holders)) > #readers
+            local made = redis.call('ZADD', KEYS[2], unpack(holders)) > #going
             local exp = tonumber(m[8]) or 0
             if top > exp then
               local at = (math.floor(top / 1000) + 1) * 1000
@@ -175,7 +206,12 @@ do
               redis.call('PEXPIREAT', KEYS[2], exp)
             end
             redis.call('HSET', KEYS[1], unpack(fields))
-            redis.call('HDEL', KEYS[1], '~writer', '~wholds', '~wfence', '~wexp', '~wclient')
+            if permits then
+              redis.call('ZREM', KEYS[2], owner)
+              redis.call('HDEL', KEYS[1], 'h:' .. owner)
+            else
+              redis.call('HDEL', KEYS[1], '~writer', '~wholds', '~wfence', '~wexp', '~wclient')
+            end
             redis.call(PUBLISH, ARGV[4], table.concat(told, ' '))
             return {2}
           end

@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "520e5d51cedf79209a82ff7cbb27a0fe4a48e8c5",
-                "d762913a2e8665f5bf77afb2e24593bb6ce9a824",
+                "480b68bfa2ef1fb9c2aaec464e999f4cec1f2926",
+                "e1e57a6c7b0b4e606b69ca002c0be7701a1a1685",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -156,33 +156,53 @@ pub async fn profile_scripts(
 /// them (no client logic, no wake-up): on each of `names` names one owner holds (not counted),
 /// then a second owner's attempt queues behind it (the `queue` phase), then the holder's
 /// release hands the hold over to it (the `hand-over` phase, its message published to
-/// nobody); the new holders then let go. A semaphore has one permit here. In the last row two
-/// readers queue behind a writer (the `queue` phase per attempt), and its release hands the
-/// lock to both.
+/// nobody); the new holders then let go. A semaphore has one permit here. In the last two rows
+/// two waiters queue (the `queue` phase per attempt) and the release lets both in: two readers
+/// behind a writer, and two waiters of one permit each behind the holder of both permits of a
+/// semaphore of two.
 async fn contended(
     conn: &mut MultiplexedConnection,
     prefix: &str,
     names: u32,
 ) -> AnyResult<Vec<(String, Phase, Phase)>> {
     let mut rows = Vec::new();
-    for (label, layout, op, waiting) in [
-        ("redlatch-fair", "fair:1", "x", ["x"].as_slice()),
-        ("redlatch-semaphore", "semaphore:1", "s", &["s"]),
-        ("redlatch-rwlock-write", "rwlock:1", "w", &["w"]),
-        ("redlatch-rwlock-readers", "rwlock:1", "w", &["r", "r"]),
+    // (label, layout, the holder's op and units, the capacity (0: not a semaphore), the
+    // waiters' ops, one unit each)
+    for (label, layout, (op, units), cap, waiting) in [
+        ("redlatch-fair", "fair:1", ("x", 1), 0, ["x"].as_slice()),
+        ("redlatch-semaphore", "semaphore:1", ("s", 1), 1, &["s"]),
+        ("redlatch-rwlock-write", "rwlock:1", ("w", 1), 0, &["w"]),
+        (
+            "redlatch-rwlock-readers",
+            "rwlock:1",
+            ("w", 1),
+            0,
+            &["r", "r"],
+        ),
+        (
+            "redlatch-semaphore-two",
+            "semaphore:1",
+            ("s", 2),
+            2,
+            &["s", "s"],
+        ),
     ] {
         let keys: Vec<String> = (0..names)
             .map(|i| format!("{prefix}:{{profile-contended-{label}-{i}}}"))
             .collect();
-        let take = |key: &str, op: &str, owner: &str, grace: u64| {
-            QueueScript::Acquire.acquire(key, (layout, op), owner, owner, grace)
+        let take_units = |key: &str, (op, units): (&str, u32), owner: &str, grace: u64| {
+            QueueScript::Acquire.acquire_units(key, (layout, op), (units, cap), owner, owner, grace)
         };
+        let take =
+            |key: &str, op: &str, owner: &str, grace: u64| take_units(key, (op, 1), owner, grace);
         let give = |key: &str, op: &str, owner: &str| {
             QueueScript::Release.release(key, (layout, op), owner)
         };
         let held = run_all(
             conn,
-            keys.iter().map(|k| take(k, op, "holder", 0)).collect(),
+            keys.iter()
+                .map(|k| take_units(k, (op, units), "holder", 0))
+                .collect(),
         )
         .await?;
         if held.iter().any(|r| r.first() != Some(&1)) {
