@@ -26,6 +26,31 @@
 -- KEYS[], ARGV[] and replies: those of queue_release.
 do
   local op, owner = ARGV[2], ARGV[3]
+  -- The last token issued for the name: `~fence` of the state `m` read, else the fence key's
+  -- (0 when there is none); false when the fence key is not a counter of ours.
+  local function last_token(m)
+    local fence = tonumber(m[6])
+    if fence then return fence end
+    local stored = redis.pcall('GET', KEYS[4])
+    return type(stored) ~= 'table' and tonumber(stored or '0')
+  end
+  -- The keys live until the latest lease end, rounded up to the next second: when `top` ends
+  -- past `~exp` (m[8]), the new expiry goes into `fields` and onto the keys (the holders' key
+  -- too when `holders`). Returns whether it did.
+  local function expire(m, top, fields, holders)
+    if top <= (tonumber(m[8]) or 0) then return false end
+    local at = (math.floor(top / 1000) + 1) * 1000
+    fields[#fields + 1], fields[#fields + 2] = '~exp', at
+    redis.call('PEXPIREAT', KEYS[1], at)
+    if holders then redis.call('PEXPIREAT', KEYS[2], at) end
+    redis.call('PEXPIREAT', KEYS[3], at)
+    return true
+  end
+  -- This owner's shared hold leaves the holders and the state.
+  local function unshare()
+    redis.call('ZREM', KEYS[2], owner)
+    redis.call('HDEL', KEYS[1], 'h:' .. owner)
+  end
   local excl = op == 'x' or op == 'w'
   if excl or op == 's' or op == 'r' then
     local m = redis.pcall('HMGET', KEYS[1], '~layout', '~next', '~used', '~writer', '~wholds',
@@ -86,16 +111,11 @@ do
           return {2}
         elseif goes == 'none' and left > 0 then
           if waiting then redis.call('ZADD', KEYS[3], head[2], w) end
-          redis.call('ZREM', KEYS[2], owner)
           redis.call('HSET', KEYS[1], '~used', left)
-          redis.call('HDEL', KEYS[1], 'h:' .. owner)
+          unshare()
           return {2}
         elseif goes == 'one' then
-          local fence = tonumber(m[6])
-          if not fence then
-            local stored = redis.pcall('GET', KEYS[4])
-            fence = type(stored) ~= 'table' and tonumber(stored or '0')
-          end
+          local fence = last_token(m)
           local ends = now + term
           -- A permit waiter that holds already is not this path's (ZADD NX changes nothing).
           if fence and (wop ~= 's' or redis.call('ZADD', KEYS[2], 'NX', ends, o) == 1) then
@@ -110,20 +130,9 @@ do
                         '~wclient', c, '~fence', token}
               if not excl then fields[#fields + 1] = '~used'; fields[#fields + 1] = 0 end
             end
-            if ends > (tonumber(m[8]) or 0) then
-              -- The keys live until the latest lease end, rounded up to the next second.
-              local at = (math.floor(ends / 1000) + 1) * 1000
-              fields[#fields + 1] = '~exp'
-              fields[#fields + 1] = at
-              redis.call('PEXPIREAT', KEYS[1], at)
-              if wop == 's' then redis.call('PEXPIREAT', KEYS[2], at) end
-              redis.call('PEXPIREAT', KEYS[3], at)
-            end
+            expire(m, ends, fields, wop == 's')
             redis.call('HSET', KEYS[1], unpack(fields))
-            if not excl then
-              redis.call('ZREM', KEYS[2], owner)
-              redis.call('HDEL', KEYS[1], 'h:' .. owner)
-            end
+            if not excl then unshare() end
             redis.call(PUBLISH, ARGV[4],
                        c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2])
             return {2}
@@ -164,15 +173,8 @@ do
             end
           end
           -- Permits' tokens: each above the last one issued, as the general path mints them.
-          local fence = 0
-          if goes and permits then
-            fence = tonumber(m[6])
-            if not fence then
-              local stored = redis.pcall('GET', KEYS[4])
-              fence = type(stored) ~= 'table' and tonumber(stored or '0')
-              if not fence then goes = nil end
-            end
-          end
+          local fence = goes and permits and last_token(m)
+          if permits and not fence then goes = nil end
           if goes then
             if stop then redis.call('ZADD', KEYS[3], stop[2], stop[1]) end
             local fields, holders, told, top = {'~used', used}, {'GT'}, {}, 0
@@ -198,17 +200,12 @@ do
             -- The holders' key made here (its `~` new) takes the name's expiry.
             local made = redis.call('ZADD', KEYS[2], unpack(holders)) > #going
             local exp = tonumber(m[8]) or 0
-            if top > exp then
-              local at = (math.floor(top / 1000) + 1) * 1000
-              fields[#fields + 1], fields[#fields + 2] = '~exp', at
-              for k = 1, 3 do redis.call('PEXPIREAT', KEYS[k], at) end
-            elseif made and exp > 0 then
+            if not expire(m, top, fields, true) and made and exp > 0 then
               redis.call('PEXPIREAT', KEYS[2], exp)
             end
             redis.call('HSET', KEYS[1], unpack(fields))
             if permits then
-              redis.call('ZREM', KEYS[2], owner)
-              redis.call('HDEL', KEYS[1], 'h:' .. owner)
+              unshare()
             else
               redis.call('HDEL', KEYS[1], '~writer', '~wholds', '~wfence', '~wexp', '~wclient')
             end

@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "480b68bfa2ef1fb9c2aaec464e999f4cec1f2926",
-                "e1e57a6c7b0b4e606b69ca002c0be7701a1a1685",
+                "5701145e942fc8cec604ecda8bb14374b3632d6b",
+                "16e193199c9bb903df27f6fb8fd27c5c250f0133",
             ),
             (
                 &*QUEUE_EXTEND,
