@@ -251,15 +251,7 @@ async fn queued_readers_get_in_once_a_crashed_writers_lease_runs_out() {
     within(LIMIT, async {
         // Long enough for both readers to be seen queued before it runs out.
         let lease = Duration::from_secs(3);
-        let mut taken = None;
-        support::crashing(|| async {
-            let client = redis.builder().default_lease(lease).build().unwrap();
-            let writer = client.rwlock("crash").unwrap().write().await.unwrap();
-            taken = Some(Instant::now());
-            // Never released and, once the runtime is gone, never renewed.
-            let _ = Box::leak(Box::new(writer));
-        });
-        let taken = taken.unwrap();
+        let taken = redis.crashed_writer("crash", lease);
         // Two readers queue while the dead writer's lease still runs; nobody will ever
         // release it, so they go in on their own timers once it has run out.
         let client = redis.client();

@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch::Error;
-use redlatch_harness::measure::raw_mutex_acquire;
+use redlatch_harness::measure::{QueueScript, raw_mutex_acquire};
 use support::{TestRedis, within};
 
 #[tokio::test]
@@ -251,13 +251,7 @@ async fn a_retried_permit_release_is_refused_and_frees_nothing() {
         let permit = sem.acquire().await.unwrap();
         let other = sem.acquire().await.unwrap();
         // The release a network retry would send twice, run by hand.
-        let script = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../lua/v1/queue_release_fast.lua"),
-            include_str!("../lua/v1/keys_lib.lua"),
-            include_str!("../lua/v1/queue_lib.lua"),
-            include_str!("../lua/v1/queue_release.lua")
-        ));
+        let script = QueueScript::Release.script();
         let key = redis.lock_key("retried");
         let mut release = script.prepare_invoke();
         for k in ["", ":holders", ":queue", ":fence"] {
@@ -289,13 +283,7 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         let client = redis.client();
         let mut conn = redis.conn().await;
         // A permit granted twice to one new owner (the first answer "lost").
-        let acquire = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../lua/v1/queue_acquire_fast.lua"),
-            include_str!("../lua/v1/keys_lib.lua"),
-            include_str!("../lua/v1/queue_lib.lua"),
-            include_str!("../lua/v1/queue_acquire.lua")
-        ));
+        let acquire = QueueScript::Acquire.script();
         let key = redis.lock_key("retry");
         let owner = redlatch::OwnerToken::new().to_string();
         let mut call = acquire.prepare_invoke();
@@ -346,13 +334,7 @@ async fn raw_queue_acquire(
     owner: &str,
     claim: &str,
 ) -> redis::Value {
-    let script = redis::Script::new(concat!(
-        "local PUBLISH = 'PUBLISH'\n",
-        include_str!("../lua/v1/queue_acquire_fast.lua"),
-        include_str!("../lua/v1/keys_lib.lua"),
-        include_str!("../lua/v1/queue_lib.lua"),
-        include_str!("../lua/v1/queue_acquire.lua")
-    ));
+    let script = QueueScript::Acquire.script();
     let key = redis.lock_key(name);
     let mut call = script.prepare_invoke();
     for k in ["", ":holders", ":queue", ":fence"] {
@@ -407,13 +389,7 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
             async move { mutex.lock().await.unwrap() }
         });
         support::until(|| async { redis.queued(&client, "handed").await == 2 }).await;
-        let release = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../lua/v1/queue_release_fast.lua"),
-            include_str!("../lua/v1/keys_lib.lua"),
-            include_str!("../lua/v1/queue_lib.lua"),
-            include_str!("../lua/v1/queue_release.lua")
-        ));
+        let release = QueueScript::Release.script();
         let key = redis.lock_key("handed");
         let mut call = release.prepare_invoke();
         for k in ["", ":holders", ":queue", ":fence"] {

@@ -12,6 +12,7 @@ use redlatch::{
     Error, Leadership, LockClient, Lost, MutexGuard, RwLockReadGuard, RwLockWriteGuard,
     SemaphorePermit,
 };
+use redlatch_harness::measure::QueueScript;
 use redlatch_harness::resource::Resource;
 
 use crate::clock::{Clock, now_ns};
@@ -381,13 +382,7 @@ impl Worker {
 
     /// Sends `queue_release` for a permit by hand, as a network retry would.
     async fn release_permit_again(&self, permit: &str) -> String {
-        let script = redis::Script::new(concat!(
-            "local PUBLISH = 'PUBLISH'\n",
-            include_str!("../../lua/v1/queue_release_fast.lua"),
-            include_str!("../../lua/v1/keys_lib.lua"),
-            include_str!("../../lua/v1/queue_lib.lua"),
-            include_str!("../../lua/v1/queue_release.lua")
-        ));
+        let script = QueueScript::Release.script();
         let main = format!("{}:{{{}}}", self.spec.prefix, self.spec.name);
         let mut conn = match lock_connection(&self.spec.url).await {
             Ok(conn) => conn,

@@ -19,12 +19,16 @@ pub type AnyResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 /// A boxed, sendable future.
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The `redis.call` commands of Lua sources, lowercased.
+/// The commands Lua sources run (by `redis.call`, `redis.pcall` or `calls_lib.lua`'s
+/// `call_all`), lowercased.
 pub fn script_commands(sources: &[&str]) -> Vec<String> {
     let mut set: HashSet<String> = HashSet::new();
     for src in sources {
-        for quote in ['\'', '"'] {
-            let marker = format!("redis.call({quote}");
+        for (call, quote) in ["redis.call(", "redis.pcall(", "call_all("]
+            .into_iter()
+            .flat_map(|call| ['\'', '"'].map(|quote| (call, quote)))
+        {
+            let marker = format!("{call}{quote}");
             for rest in src.split(marker.as_str()).skip(1) {
                 if let Some(cmd) = rest.split(quote).next() {
                     set.insert(cmd.to_lowercase());
@@ -48,6 +52,9 @@ pub const PLAIN: &str = "local PUBLISH = 'PUBLISH'\n";
 /// The plain mutex's library, which the `mutex_*` scripts run after the prelude.
 pub const MUTEX_LIB: &str = include_str!("../../lua/v1/mutex_lib.lua");
 
+/// The library the queue scripts run first, after the prelude (`call_all`).
+pub const CALLS_LIB: &str = include_str!("../../lua/v1/calls_lib.lua");
+
 /// redlatch's script files (without the prelude).
 pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/mutex_acquire.lua"),
@@ -64,6 +71,7 @@ pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/force_unlock.lua"),
     include_str!("../../lua/v1/once_lib.lua"),
     MUTEX_LIB,
+    CALLS_LIB,
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -173,20 +181,25 @@ static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 6]> = std::sync::LazyL
     let (keys, queue) = (LUA[3], LUA[4]);
     let (acquire_fast, acquire, release_fast, release) = (LUA[5], LUA[6], LUA[7], LUA[8]);
     [
-        format!("{PLAIN}{acquire_fast}{keys}{queue}{acquire}"),
-        format!("{PLAIN}{release_fast}{keys}{queue}{release}"),
-        format!("{PLAIN}{keys}{queue}{acquire}"),
-        format!("{PLAIN}{keys}{queue}{release}"),
-        format!("{PLAIN}{acquire_fast}"),
-        format!("{PLAIN}{release_fast}"),
+        format!("{PLAIN}{CALLS_LIB}{acquire_fast}{keys}{queue}{acquire}"),
+        format!("{PLAIN}{CALLS_LIB}{release_fast}{keys}{queue}{release}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{queue}{acquire}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{queue}{release}"),
+        format!("{PLAIN}{CALLS_LIB}{acquire_fast}"),
+        format!("{PLAIN}{CALLS_LIB}{release_fast}"),
     ]
     .map(|code| redis::Script::new(&code))
 });
 
 impl QueueScript {
+    /// The script itself, for calls with keys and arguments of the caller's own.
+    pub fn script(self) -> &'static redis::Script {
+        &QUEUE_SCRIPTS[self as usize]
+    }
+
     /// A call of the script on the name whose meta key is `key` (its four keys set).
     fn call(self, key: &str) -> redis::ScriptInvocation<'static> {
-        let mut call = QUEUE_SCRIPTS[self as usize].prepare_invoke();
+        let mut call = self.script().prepare_invoke();
         for k in ["", ":holders", ":queue", ":fence"] {
             call.key(format!("{key}{k}"));
         }

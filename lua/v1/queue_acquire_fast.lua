@@ -1,6 +1,6 @@
 -- name:    queue_acquire_fast
 -- layout:  1 (see queue_acquire)
--- Runs first in queue_acquire, before keys_lib and queue_lib are loaded:
+-- Runs in queue_acquire after calls_lib, before keys_lib and queue_lib are loaded:
 -- * the acquire of an idle name (no meta hash, no holders, no queue: nobody holds or waits),
 --   which writes the state queue_lib would write, in five calls (EXISTS, TIME, SET ... GET of
 --   the fence key, or GET for a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the

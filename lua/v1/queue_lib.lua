@@ -206,7 +206,7 @@ local function purge(s, now)
   local gone = redis.call('ZRANGE', s.h, '-inf', now, 'BYSCORE')
   for _, o in ipairs(gone) do gone_clients[unshare(s, o) or ''] = true end
   if #gone > 0 then
-    redis.call('ZREM', s.h, unpack(gone))
+    call_all('ZREM', s.h, gone)
     for _, o in ipairs(gone) do s.hrem[o] = nil end
     went = went + #gone
   end
@@ -221,7 +221,7 @@ local function purge(s, now)
       if m ~= '~' and gone_clients[waiter(m).client] then late[#late + 1] = m end
     end
     if #late > 0 then
-      redis.call('ZREM', s.q, unpack(late))
+      call_all('ZREM', s.q, late)
       went = went + #late
     end
   end
@@ -383,7 +383,7 @@ local function finish(s, reply)
   if next(s.hrem) ~= nil then
     local list = {}
     for o in pairs(s.hrem) do list[#list + 1] = o end
-    redis.call('ZREM', s.h, unpack(list))
+    call_all('ZREM', s.h, list)
   end
   if not s.exists then
     put(s, '~layout', s.layout)
@@ -401,12 +401,12 @@ local function finish(s, reply)
     fields[#fields + 1] = f
     fields[#fields + 1] = v
   end
-  if #fields > 0 then redis.call('HSET', s.m, unpack(fields)) end
+  if #fields > 0 then call_all('HSET', s.m, fields) end
   local gone = {}
   for f in pairs(s.del) do
     if s.v[f] ~= false then gone[#gone + 1] = f end
   end
-  if #gone > 0 then redis.call('HDEL', s.m, unpack(gone)) end
+  if #gone > 0 then call_all('HDEL', s.m, gone) end
   if at > 0 then
     for k, on in pairs(keys) do
       if on then redis.call('PEXPIREAT', k, at) end

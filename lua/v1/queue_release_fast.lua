@@ -1,10 +1,10 @@
 -- name:    queue_release_fast
 -- layout:  1 (see queue_acquire)
--- Runs first in queue_release, before keys_lib and queue_lib are loaded, for the releases that
--- are common and simple, before any lease ran out (`~next` not passed): an owner's last hold
--- (the exclusive holder's, a reader's only read hold, or a permit holder's units) is released
--- as queue_lib's handoff and finish would, in about a third of the general path's server time
--- (HMGET, TIME, ZPOPMIN of the queue's head, and then):
+-- Runs in queue_release after calls_lib, before keys_lib and queue_lib are loaded, for the
+-- releases that are common and simple, before any lease ran out (`~next` not passed): an
+-- owner's last hold (the exclusive holder's, a reader's only read hold, or a permit holder's
+-- units) is released as queue_lib's handoff and finish would, in about a third of the general
+-- path's server time (HMGET, TIME, ZPOPMIN of the queue's head, and then):
 -- * nobody waits and nobody else holds: the name goes idle and the keys go (DEL; a SET of the
 --   fence key too when a hand-over issued a token since the name was last idle);
 -- * nobody waits, or the head waits for more than is free now, while other shared holders
@@ -168,7 +168,7 @@ do
           for i, g in ipairs(going) do names[i] = 'h:' .. g[1] end
           -- A waiter that holds already (the releaser among them): the general path's.
           if goes then
-            for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(names))) do
+            for _, v in ipairs(call_all('HMGET', KEYS[1], names)) do
               if v then goes = nil end
             end
           end
@@ -177,7 +177,7 @@ do
           if permits and not fence then goes = nil end
           if goes then
             if stop then redis.call('ZADD', KEYS[3], stop[2], stop[1]) end
-            local fields, holders, told, top = {'~used', used}, {'GT'}, {}, 0
+            local fields, holders, told, top = {'~used', used}, {}, {}, 0
             local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
             for i, g in ipairs(going) do
               local ends, token = now + g[3], '0'
@@ -198,12 +198,12 @@ do
             end
             holders[#holders + 1], holders[#holders + 2] = '+inf', '~'
             -- The holders' key made here (its `~` new) takes the name's expiry.
-            local made = redis.call('ZADD', KEYS[2], unpack(holders)) > #going
+            local made = call_all('ZADD', KEYS[2], holders, 'GT') > #going
             local exp = tonumber(m[8]) or 0
             if not expire(m, top, fields, true) and made and exp > 0 then
               redis.call('PEXPIREAT', KEYS[2], exp)
             end
-            redis.call('HSET', KEYS[1], unpack(fields))
+            call_all('HSET', KEYS[1], fields)
             if permits then
               unshare()
             else

@@ -13,8 +13,8 @@ use crate::backend::Script;
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 
 /// A script: a prelude that names the publish command, then its files in order (a library
-/// first where it has one: `keys_lib.lua` recognises foreign data, `queue_lib.lua` is the queue
-/// machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for Redis Cluster. A script
+/// first where it has one: `calls_lib.lua` runs a command over any number of arguments,
+/// `keys_lib.lua` recognises foreign data, `queue_lib.lua` is the queue machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for Redis Cluster. A script
 /// marked `once` changes hold counts: its cluster form runs its files as `main` through
 /// `once_lib.lua`, once per request id.
 macro_rules! script {
@@ -63,6 +63,7 @@ script!(
 );
 script!(
     once QUEUE_ACQUIRE,
+    "calls_lib.lua",
     "queue_acquire_fast.lua",
     "keys_lib.lua",
     "queue_lib.lua",
@@ -70,6 +71,7 @@ script!(
 );
 script!(
     once QUEUE_RELEASE,
+    "calls_lib.lua",
     "queue_release_fast.lua",
     "keys_lib.lua",
     "queue_lib.lua",
@@ -77,6 +79,7 @@ script!(
 );
 script!(
     QUEUE_EXTEND,
+    "calls_lib.lua",
     "keys_lib.lua",
     "queue_lib.lua",
     "queue_extend.lua"
@@ -141,18 +144,18 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "e38e348106e45b72d65788b31343f6a42af40757",
-                "e876811b691169476d2e3c6fc14fd1658bb8cfc3",
+                "d7dd8c09b1807faa9aafa95019ab40bd43baf046",
+                "eec31cbc1febfd83508e110019b1bcf204fb4ad8",
             ),
             (
                 &*QUEUE_RELEASE,
-                "5701145e942fc8cec604ecda8bb14374b3632d6b",
-                "16e193199c9bb903df27f6fb8fd27c5c250f0133",
+                "1a9be87533edea7c3e4a42b62ac4a19813c21735",
+                "3b5078ca2ed63f747f89cdfd03ad8a7250697a13",
             ),
             (
                 &*QUEUE_EXTEND,
-                "6439426622feb82ab7947dce5fd41d7b55f42f1b",
-                "52e78e8738396f596fd551982495d9e9b484bdf1",
+                "08e2af07f6f9aedc7a3f23f4aebf9746090985c3",
+                "74277a5380022b068709600d313db61cd782b4d8",
             ),
             (
                 &*INSPECT,
@@ -203,6 +206,7 @@ mod tests {
             ),
         ];
         let queue = [
+            ("calls_lib", include_str!("../../lua/v1/calls_lib.lua")),
             ("keys_lib", include_str!("../../lua/v1/keys_lib.lua")),
             ("queue_lib", include_str!("../../lua/v1/queue_lib.lua")),
             (

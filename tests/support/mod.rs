@@ -75,6 +75,20 @@ impl TestRedis {
         (proxy, builder)
     }
 
+    /// A writer of `name` in a process that then dies: its hold stays until `lease` runs out,
+    /// never released or renewed. Returns when it took the hold.
+    pub fn crashed_writer(&self, name: &str, lease: std::time::Duration) -> std::time::Instant {
+        let mut taken = None;
+        crashing(|| async {
+            let client = self.builder().default_lease(lease).build().unwrap();
+            let writer = client.rwlock(name).unwrap().write().await.unwrap();
+            taken = Some(std::time::Instant::now());
+            // Never released and, once the runtime is gone, never renewed.
+            let _ = Box::leak(Box::new(writer));
+        });
+        taken.expect("the writer took its hold")
+    }
+
     /// How many waiters `client` sees queued for `name`.
     pub async fn queued(&self, client: &LockClient, name: &str) -> usize {
         client.inspect(name).await.expect("inspect").waiters.len()
