@@ -165,7 +165,11 @@ fn layout_message(key: &str, found: &str, expected: &str) -> String {
 pub(crate) fn wrong_type(key: &str, redis_type: &str) -> Error {
     let found = match redis_type {
         "string" if key.ends_with("}:fence") => "a string that is not a number".to_owned(),
-        "zset" if key.ends_with("}:holders") || key.ends_with("}:queue") => {
+        "zset"
+            if key.ends_with("}:holders")
+                || key.ends_with("}:queue")
+                || key.ends_with("}:fence") =>
+        {
             "a sorted set without redlatch's `~` member".to_owned()
         }
         "string" => "a string".to_owned(),

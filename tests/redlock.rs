@@ -422,15 +422,12 @@ async fn tokens_rise_across_two_thousand_random_majorities() {
                 let ahead = last + fastrand::u64(1..2_000_000);
                 let mut conn = nodes.conn(fastrand::usize(..5)).await;
                 // Raised, never lowered: a node keeps its counter.
-                let _: () = redis::Script::new(
-                    "if (tonumber(redis.call('GET', KEYS[1]) or '0')) < tonumber(ARGV[1]) then \
-                     redis.call('SET', KEYS[1], ARGV[1]) end",
-                )
-                .key(&fence_key)
-                .arg(ahead)
-                .invoke_async(&mut conn)
-                .await
-                .expect("raise the counter");
+                let _: () = redis::Script::new("redis.call('ZADD', KEYS[1], 'GT', ARGV[1], '~')")
+                    .key(&fence_key)
+                    .arg(ahead)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("raise the counter");
             }
             let mut reachable: Vec<usize> = (0..5).collect();
             fastrand::shuffle(&mut reachable);

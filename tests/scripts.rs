@@ -308,20 +308,23 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
         let sem = client.semaphore("retry", 3).unwrap();
         assert_eq!(sem.available_permits().await.unwrap(), 1);
 
-        // The same for the mutex: one hold, not two.
+        // The same for the mutex: one hold, not two. The hold asked for again gets a new token
+        // (the client may not have been able to confirm the first one: its one-round-trip
+        // acquire), above the first and the one the lock now carries.
         let lock = redis.lock_key("retry-mutex");
-        // The first call also returns the server clock it read (a new counter): compare the
-        // grant, the token and the hold count.
         let first = raw_mutex_acquire(&mut conn, &lock, &owner, 1)
             .await
             .unwrap();
         let again = raw_mutex_acquire(&mut conn, &lock, &owner, 1)
             .await
             .unwrap();
-        assert_eq!(first.get(..3), again.get(..3));
+        assert_eq!((&first[0], &first[2]), (&again[0], &again[2]));
         assert_eq!(first[0], "1");
+        let (token, retried): (u64, u64) = (first[1].parse().unwrap(), again[1].parse().unwrap());
+        assert!(retried > token, "{token} then {retried}");
         let snapshot = client.inspect("retry-mutex").await.unwrap();
         assert_eq!(snapshot.holders[0].exclusive_holds, 1);
+        assert_eq!(snapshot.last_fencing_token, Some(retried));
     })
     .await;
 }
@@ -488,6 +491,79 @@ async fn keys_made_again_while_a_name_is_in_use_get_an_expiry() {
         }
         permit.release().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// The fence key of the layout before (a string holding the last token) is carried over to
+/// the sorted set by the first acquisition that issues a token, for every primitive: the
+/// token rises above it, and the key keeps its expiry.
+#[tokio::test]
+async fn a_fence_counter_of_the_layout_before_is_carried_over() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        for name in ["old-mutex", "old-fair", "old-sem", "old-write"] {
+            let fence = format!("{}:fence", redis.lock_key(name));
+            // Ten seconds ahead of the server clock, as if its tokens had run ahead of it.
+            let ahead = redlatch_harness::measure::server_micros(&mut conn)
+                .await
+                .unwrap()
+                + 10_000_000;
+            let _: () = redis::cmd("SET")
+                .arg(&fence)
+                .arg(ahead)
+                .arg("PX")
+                .arg(600_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let token = match name {
+                "old-mutex" => {
+                    let g = client.mutex(name).unwrap().lock().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+                "old-fair" => {
+                    let g = client.fair_mutex(name).unwrap().lock().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+                "old-sem" => {
+                    let p = client.semaphore(name, 2).unwrap().acquire().await.unwrap();
+                    let t = p.fencing_token();
+                    p.release().await.unwrap();
+                    t
+                }
+                _ => {
+                    let g = client.rwlock(name).unwrap().write().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+            };
+            assert!(token > ahead, "{name}: {token} <= {ahead}");
+            let (kind, last, ttl): (String, u64, i64) = redis::pipe()
+                .cmd("TYPE")
+                .arg(&fence)
+                .zscore(&fence, "~")
+                .pttl(&fence)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // The key stands at the last token issued: for the mutex, the end of the block it
+            // took for local hand-off.
+            assert_eq!(kind, "zset", "{name}");
+            assert!(
+                last >= token && last <= token + 64,
+                "{name}: {token}, key at {last}"
+            );
+            assert!(ttl > 0 && ttl <= 600_000, "{name}: {ttl}");
+        }
+        assert_eq!(redis.leftovers().await, Vec::<String>::new());
     })
     .await;
 }

@@ -153,13 +153,14 @@ impl Waits {
 
 /// `mutex_acquire` and `mutex_release` as this version's clients send them, for the raw loops
 /// and the calls by hand below.
-static ACQUIRE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[0])));
+static ACQUIRE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!("{PLAIN}{}{MUTEX_LIB}{}", LUA[3], LUA[0]))
+});
 static RELEASE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
 
 /// The queued primitives' scripts, called by hand on one server: how a fast path runs before
-/// the libraries (`lua/README.md`), and the general path alone.
+/// the queue library (`lua/README.md`), and the general path alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueScript {
     /// `queue_acquire` as a client sends it: its fast path first.
@@ -181,12 +182,12 @@ static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 6]> = std::sync::LazyL
     let (keys, queue) = (LUA[3], LUA[4]);
     let (acquire_fast, acquire, release_fast, release) = (LUA[5], LUA[6], LUA[7], LUA[8]);
     [
-        format!("{PLAIN}{CALLS_LIB}{acquire_fast}{keys}{queue}{acquire}"),
-        format!("{PLAIN}{CALLS_LIB}{release_fast}{keys}{queue}{release}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{acquire_fast}{queue}{acquire}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{release_fast}{queue}{release}"),
         format!("{PLAIN}{CALLS_LIB}{keys}{queue}{acquire}"),
         format!("{PLAIN}{CALLS_LIB}{keys}{queue}{release}"),
-        format!("{PLAIN}{CALLS_LIB}{acquire_fast}"),
-        format!("{PLAIN}{CALLS_LIB}{release_fast}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{acquire_fast}"),
+        format!("{PLAIN}{CALLS_LIB}{keys}{release_fast}"),
     ]
     .map(|code| redis::Script::new(&code))
 });

@@ -17,10 +17,10 @@ local m, h, q, channel = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 -- Refuses foreign data under the sorted sets and the fence key (keys_lib).
 local function others()
   for j, k in ipairs({h, q}) do
-    local bad = foreign(k, 'zset', j + 1)
+    local bad = foreign(k, j + 1)
     if bad then return bad end
   end
-  return (foreign(KEYS[4], 'counter', 4))
+  return (fence_last(KEYS[4], 4, false))
 end
 local kind = redis.call('TYPE', m)['ok']
 if kind == 'none' then return others() or {'', 0, 0} end
@@ -49,7 +49,7 @@ for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
   if o then waiters[#waiters + 1] = o end
 end
 local fence = redis.call('HGET', m, '~fence')
-if fence then redis.call('SET', KEYS[4], fence, 'PX', ARGV[2]) end
+if fence then fence_raise(KEYS[4], fence, ARGV[2]) end
 redis.call('DEL', m, h, q)
 if #waiters > 0 then redis.call(PUBLISH, channel, table.concat(waiters, ' ')) end
 return {layout, holders, #waiters}

@@ -16,14 +16,14 @@
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local bad, last = foreign(fence, 'counter', 4)
+local bad, last = fence_last(fence, 4, false)
 if bad then return bad end
-last = last or '0'
+last = last and string.format('%.0f', last) or '0'
 
 local kind = redis.call('TYPE', m)['ok']
 if kind == 'none' then
   for j, k in ipairs({h, q}) do
-    bad = foreign(k, 'zset', j + 1)
+    bad = foreign(k, j + 1)
     if bad then return bad end
   end
   return {'', 0, 0, last, {}, {}}
@@ -40,7 +40,7 @@ if not layout then return {-2, ''} end
 local holders, waiters = {}, {}
 
 for j, k in ipairs({h, q}) do
-  bad = foreign(k, 'zset', j + 1)
+  bad = foreign(k, j + 1)
   if bad then return bad end
 end
 local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence')

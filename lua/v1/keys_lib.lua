@@ -6,23 +6,52 @@
 -- ARGV[]:  none
 -- returns: nothing (a library)
 -- Our sorted sets (holders, queue) always carry the member `~` at +inf while they exist; a
--- fence key is a string holding a decimal number.
+-- fence key is a sorted set whose only member `~` has the last fencing token for its score
+-- (the layout before kept it as a string holding a decimal number: read as well, and carried
+-- over to the sorted set by the scripts that write it).
 
--- Checks `key` (KEYS[i] of the calling script) against what redlatch keeps there: 'zset' (a
--- sorted set carrying `~`) or 'counter' (a decimal number). Returns nil when the key is absent
--- or ours (and, for a counter, its value or false), else the error reply {-1, type, i}.
-local function foreign(key, kind, i)
-  if kind == 'counter' then
-    local v = redis.pcall('GET', key)
-    if type(v) == 'table' and v.err then return {-1, redis.call('TYPE', key)['ok'], i} end
-    if v and not tonumber(v) then return {-1, 'string', i} end
-    return nil, v
-  end
+-- Checks `key` (KEYS[i] of the calling script) against what redlatch keeps there: a sorted set
+-- carrying `~`. Returns nil when the key is absent or ours, else the error reply {-1, type, i}.
+local function foreign(key, i)
   local t = redis.call('TYPE', key)['ok']
   if t == 'none' then return nil end
   if t ~= 'zset' then return {-1, t, i} end
   if not redis.call('ZSCORE', key, '~') then return {-1, 'zset', i} end
   return nil
+end
+
+-- The last fencing token in the fence key `key` (KEYS[i]): nil and the token, or nil and false
+-- when the key is absent; the error reply {-1, type, i} for data redlatch did not write. A
+-- counter of the layout before (a string holding a decimal number) is read too and, with
+-- `carry`, made the sorted set in its place, its TTL kept.
+local function fence_last(key, i, carry)
+  local v = redis.pcall('ZSCORE', key, '~')
+  if type(v) == 'string' then return nil, tonumber(v) end
+  if type(v) == 'table' and v.err then
+    local t = redis.call('TYPE', key)['ok']
+    local old = t == 'string' and redis.call('GET', key)
+    if not (old and string.match(old, '^%d+$')) then return {-1, t, i} end
+    if carry then
+      local ttl = redis.call('PTTL', key)
+      redis.call('DEL', key)
+      redis.call('ZADD', key, old, '~')
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    end
+    return nil, tonumber(old)
+  end
+  if redis.call('EXISTS', key) == 1 then return {-1, 'zset', i} end
+  return nil, false
+end
+
+-- Raises the fence key `key` (absent or ours: see fence_last) to `token`, a decimal string; a
+-- key made here lives `ttl` ms. A counter of the layout before is carried over first.
+local function fence_raise(key, token, ttl)
+  local added = redis.pcall('ZADD', key, 'GT', token, '~')
+  if type(added) == 'table' then
+    if fence_last(key, 0, true) then return end
+    added = redis.call('ZADD', key, 'GT', token, '~')
+  end
+  if added == 1 then redis.call('PEXPIRE', key, ttl) end
 end
 
 -- ==== end of keys_lib ====

@@ -1,12 +1,14 @@
 -- name:    mutex_acquire
--- layout:  1 (the held mutex is the string "mutex:2" of mutex_lib)
+-- layout:  1 (the held mutex is the string "mutex:2" of mutex_lib; the fence key a sorted set,
+--          keys_lib)
 -- KEYS[1]: lock        <prefix>:{<name>}        the held mutex (mutex_lib), its TTL the lease
--- KEYS[2]: fence key   <prefix>:{<name>}:fence  last fencing token issued for this name
+-- KEYS[2]: fence key   <prefix>:{<name>}:fence  last fencing token issued for this name (keys_lib)
 -- ARGV[1]: owner token
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: lifetime of the fence key in milliseconds (set when the counter starts afresh)
 -- ARGV[4]: claim: new (a token made for this call: if it already holds, an earlier attempt's
---          answer was lost, and that hold is returned, its lease made at least ARGV[2] again),
+--          answer was lost, and that hold is returned with a new token, its lease made at
+--          least ARGV[2] again),
 --          as (join the owner's holds, or take the lock) or again (re-entry only: add a hold
 --          only if the owner holds)
 -- ARGV[5]: 'w' when other waiters of this client wait for the lock (the grant is marked so
@@ -18,12 +20,16 @@
 --          at the server clock plus one second, so tokens keep rising across it.
 -- ARGV[7]: optional, how many tokens a fresh acquisition takes (default 1): the grant's token
 --          and the ARGV[7] - 1 after it, which the client hands to the local owners it passes
---          the hold to (local hand-off); the counter is left at the last of them.
+--          the hold to (local hand-off); the fence key is left at the last of them.
 -- A fresh acquisition of a free lock is two commands: SET NX PX of the lock with the token
--- ARGV[6], then SET ... KEEPTTL GET of the counter (it reads the last token and writes the new
--- one). Only when the counter was at or above ARGV[6] (or new) is the token raised, and the
--- lock and counter written again; a counter that is not ours is put back as it was and the
--- lock removed, so nothing changed. A busy lock leaves the counter alone.
+-- ARGV[6], then ZADD XX GT CH of the fence key, which raises its last token to it only if it is
+-- higher (the client's one-round-trip acquire, protocol/mutex.rs, sends the same two commands
+-- without the script). Only when the fence key stood at or above it (or is new, or is the
+-- counter of the layout before) is the token raised above the last one, and the lock and the
+-- fence key written again; a fence key that is not ours is left as it was and the lock removed,
+-- so nothing changed. A busy lock leaves the fence key alone.
+-- A fresh owner (claim new) that finds its own hold, whose answer was lost (or whose token the
+-- one-round-trip acquire could not confirm), gets a new token above every one issued.
 -- returns: {1, fence, holds[, now]}  acquired; holds is this owner's hold count after the
 --                                    call; now, the server clock in µs, when TIME was read
 --          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
@@ -41,6 +47,39 @@ if floor <= 0 then
   floor = now
 end
 
+-- Issues `token` (a decimal string, at least the floor) to the hold now under the lock: the
+-- fence key is raised to it and the `extra` tokens after it. If the key already stood at or
+-- above it, the token is the next one above the key; a new key (the name's first use, or its
+-- counter expired or was lost in a failover) starts at the server clock plus one second, above
+-- any token a client issued from its estimate of the clock, which runs ahead of it by far less.
+-- Returns the token issued, or nil and the error reply for a fence key that is not ours.
+local function issue(token)
+  if redis.pcall('ZADD', fence, 'XX', 'GT', 'CH', token, '~') == 1 then
+    if extra > 0 then
+      redis.call('ZADD', fence, 'XX', 'GT', string.format('%.0f', tonumber(token) + extra), '~')
+    end
+    return token
+  end
+  local bad, last = fence_last(fence, 2, true)
+  if bad then return nil, bad end
+  local first = tonumber(token)
+  if last then
+    first = math.max(first, last + 1)
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    first = math.max(first, now + 1000000)
+  end
+  fence_raise(fence, string.format('%.0f', first + extra), ARGV[3])
+  return string.format('%.0f', first)
+end
+
+-- The reply to a grant of `token`, with the server clock when this call read it.
+local function granted(token, holds)
+  if now then return {1, token, holds, string.format('%.0f', now)} end
+  return {1, token, holds}
+end
+
 if claim ~= 'again' then
   -- The token is ARGV[6] as the client wrote it when that is a plain whole number (the usual
   -- case: no formatting), else the floor written out.
@@ -48,37 +87,15 @@ if claim ~= 'again' then
   local taken = redis.pcall('SET', lock, mutex_value(token, 1, wait, owner), 'NX', 'PX', lease)
   if type(taken) == 'table' and taken.err then return taken end
   if taken then
-    local counter = extra > 0 and string.format('%.0f', floor + extra) or token
-    local prev = redis.pcall('SET', fence, counter, 'KEEPTTL', 'GET')
-    local last = type(prev) == 'string' and tonumber(prev)
-    if type(prev) == 'table' or (prev and not last) then
-      -- Not a counter of ours (a string is put back as it was): refused, the lock undone.
-      -- Any other failure (OOM...) is the caller's to see.
+    local issued, bad = issue(token)
+    if not issued then
       redis.call('DEL', lock)
-      if type(prev) == 'string' then
-        redis.call('SET', fence, prev, 'KEEPTTL')
-        return {-1, 'string', 2}
-      end
-      if not string.find(prev.err, 'WRONGTYPE', 1, true) then return prev end
-      return {-1, redis.call('TYPE', fence)['ok'], 2}
+      return bad
     end
-    if not prev then
-      -- A new counter (the name's first use, or its counter expired or a failover lost it):
-      -- from the server clock a second ahead, above any token a client issued from its
-      -- estimate of the clock, which runs ahead of it by far less.
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      local first = math.max(floor, now + 1000000)
-      token = string.format('%.0f', first)
-      redis.call('SET', fence, string.format('%.0f', first + extra), 'PX', ARGV[3])
-      redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'KEEPTTL')
-    elseif last >= floor then
-      token = string.format('%.0f', last + 1)
-      redis.call('SET', fence, string.format('%.0f', last + 1 + extra), 'KEEPTTL')
-      redis.call('SET', lock, mutex_value(token, 1, wait, owner), 'KEEPTTL')
+    if issued ~= token then
+      redis.call('SET', lock, mutex_value(issued, 1, wait, owner), 'KEEPTTL')
     end
-    if now then return {1, token, 1, string.format('%.0f', now)} end
-    return {1, token, 1}
+    return granted(issued, 1)
   end
 end
 
@@ -86,14 +103,18 @@ local held, bad = mutex_read(lock, 1)
 if bad then return bad end
 if not held then return {0, -2} end
 if held.owner == owner then
-  local holds = held.holds
-  if claim ~= 'new' then
-    -- The same acquisition asked again (claim new, its answer was lost) keeps its count.
+  local token, holds = held.token, held.holds
+  if claim == 'new' then
+    -- The same acquisition asked again: its hold keeps its count and gets a new token.
+    local issued, bad = issue(string.format('%.0f', math.max(floor, tonumber(token) + 1)))
+    if not issued then return bad end
+    token = issued
+  else
     holds = holds + 1
-    redis.call('SET', lock, mutex_value(held.token, holds, held.wait, owner), 'KEEPTTL')
   end
+  redis.call('SET', lock, mutex_value(token, holds, held.wait, owner), 'KEEPTTL')
   if redis.call('PTTL', lock) < tonumber(lease) then redis.call('PEXPIRE', lock, lease) end
-  return {1, held.token, holds}
+  return granted(token, holds)
 end
 if held.wait ~= 'w' then
   -- A waiter: the holder's release will publish.

@@ -1,5 +1,6 @@
 -- name:    mutex_confirm
--- layout:  1 (the held mutex is the string "mutex:2" of mutex_lib)
+-- layout:  1 (the held mutex is the string "mutex:2" of mutex_lib; the fence key a sorted set,
+--          keys_lib)
 -- The second round of a Redlock acquisition's fencing (see the README's Redlock section): the
 -- client took the highest counter that its majority of nodes returned as the token, and raises
 -- each node's counter to it, only where this owner still holds the lock. Any later acquisition
@@ -20,11 +21,9 @@ local owner, token = ARGV[1], tonumber(ARGV[2])
 local held, bad = mutex_read(lock, 1)
 if bad then return bad end
 if not held or held.owner ~= owner then return 0 end
-local bad, last = foreign(fence, 'counter', 2)
+local bad = fence_last(fence, 2, true)
 if bad then return bad end
-if (tonumber(last) or 0) < token then
-  redis.call('SET', fence, ARGV[2], 'PX', ARGV[3])
-end
+fence_raise(fence, ARGV[2], ARGV[3])
 if tonumber(held.token) < token then
   redis.call('SET', lock, mutex_value(ARGV[2], held.holds, held.wait, owner), 'KEEPTTL')
 end

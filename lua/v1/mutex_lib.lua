@@ -27,7 +27,8 @@ local function mutex_read(lock, i)
   if not v then return nil end
   local token, holds, wait, owner = string.match(v, '^mutex:2 (%d+) (%d+) ([-w]) (.+)$')
   if token then return {token = token, holds = tonumber(holds), wait = wait, owner = owner} end
-  local layout = string.match(v, '^(mutex:%d+) ')
+  -- Another version's mutex, or a queued primitive's single hold (queue_lib's thin form).
+  local layout = string.match(v, '^(%l+:%d+) ')
   if layout then return nil, {-2, layout} end
   return nil, {-1, 'string', i}
 end

@@ -1,9 +1,9 @@
 -- name:    queue_acquire_fast
 -- layout:  1 (see queue_acquire)
--- Runs in queue_acquire after calls_lib, before keys_lib and queue_lib are loaded:
+-- Runs in queue_acquire after calls_lib and keys_lib, before queue_lib is loaded:
 -- * the acquire of an idle name (no meta hash, no holders, no queue: nobody holds or waits),
---   which writes the state queue_lib would write, in five calls (EXISTS, TIME, SET ... GET of
---   the fence key, or GET for a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the
+--   which writes the state queue_lib would write, in five calls (EXISTS, TIME, ZADD XX GT CH of
+--   the fence key, or ZSCORE for a read hold, HSET, PEXPIREAT; and ZADD, PEXPIREAT of the
 --   holders for a shared hold);
 -- * a fresh owner (claim `new`) that may queue (ARGV[7] > 0), holds nothing, and finds the
 --   name held against it (an exclusive want and any holder; a read and a writer; permits more
@@ -12,16 +12,16 @@
 --   `~seq`; a PEXPIREAT of a queue key it makes);
 -- * a fresh owner that holds nothing joins the shared holders (a reader with no writer holding,
 --   permits that fit) while nobody waits and no lease ran out, as queue_acquire would, in six
---   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; a GET of the
+--   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; a ZSCORE of the
 --   fence key for the first permit token since the name was idle, a PEXPIREAT of the keys when
 --   the new lease ends past `~exp`).
--- None loads the libraries. Anything else (a free name in use, a re-entry or a waiter's
--- claim, a fence key that is not a counter of ours, a semaphore asked for more than it has)
+-- None loads the queue library. Anything else (a free name in use, a re-entry or a waiter's
+-- claim, a fence key that is not a sorted set of ours, a semaphore asked for more than it has)
 -- falls through to the general path, which sees the name exactly as it was.
 -- KEYS[], ARGV[] and replies: those of queue_acquire.
--- The fence key is written here (`SET ... KEEPTTL GET`, as the plain mutex does), so the meta
--- hash leaves `~fence` out: queue_lib's `mint` then reads the fence key, and an idle name's
--- release has no token to write back.
+-- The fence key is written here (`ZADD XX GT CH`, as the plain mutex does), so the meta hash
+-- leaves `~fence` out: queue_lib's `mint` then reads the fence key, and an idle name's release
+-- has no token to write back.
 do
   local op, units, cap = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
   if ARGV[10] ~= 'again' and (op ~= 's' or (units and cap and units <= cap))
@@ -30,30 +30,20 @@ do
     local secs, micros = tonumber(clock[1]), tonumber(clock[2])
     local stamp = secs * 1000000 + micros
     local token = string.format('%d', stamp)
-    local prev
-    if op == 'r' then
-      -- A read hold takes no token, but a fence key that is not ours is refused all the same.
-      prev = redis.pcall('GET', KEYS[4])
-      if type(prev) == 'table' or (prev and not tonumber(prev)) then prev = nil end
-    else
-      prev = redis.pcall('SET', KEYS[4], token, 'KEEPTTL', 'GET')
-      if type(prev) == 'table' then
-        -- Not a string (foreign data: the general path refuses it), or a failure the
-        -- general path meets again.
-        prev = nil
-      elseif prev and not tonumber(prev) then
-        -- Not a counter of ours: put back as it was, for the general path to refuse.
-        redis.call('SET', KEYS[4], prev, 'KEEPTTL')
-        prev = nil
-      elseif not prev then
-        -- A new counter: it lives for the fence key's lifetime from now.
-        redis.call('PEXPIRE', KEYS[4], ARGV[8])
-      elseif tonumber(prev) >= stamp then
-        token = string.format('%d', tonumber(prev) + 1)
-        redis.call('SET', KEYS[4], token, 'KEEPTTL')
+    -- The fence key raised to the token (keys_lib): `fenced` once it is. A read hold takes no
+    -- token, but a fence key that is not ours is refused all the same (by the general path).
+    local fenced = op ~= 'r' and redis.pcall('ZADD', KEYS[4], 'XX', 'GT', 'CH', token, '~') == 1
+    if not fenced then
+      local bad, last = fence_last(KEYS[4], 4, true)
+      fenced = not bad
+      if fenced and op ~= 'r' then
+        -- Above the last token, or for a new fence key a second ahead of the clock (as
+        -- queue_lib's mint); a key made here lives for the fence key's lifetime.
+        token = string.format('%d', last and math.max(last + 1, stamp) or stamp + 1000000)
+        fence_raise(KEYS[4], token, ARGV[8])
       end
     end
-    if prev ~= nil then
+    if fenced then
       -- The lease's end in ms by the server clock, and the keys' expiry: the next whole second
       -- after it. The fields are written in one HSET, without building a table.
       local owner = ARGV[3]
@@ -107,8 +97,10 @@ do
             -- A new fencing token, as queue_lib's mint makes it.
             n, last = units, tonumber(m[9])
             if not last then
-              local stored = redis.pcall('GET', KEYS[4])
-              last = type(stored) ~= 'table' and tonumber(stored or '0')
+              -- No fence key (queue_lib's mint starts one) or a foreign one: the general path.
+              local bad
+              bad, last = fence_last(KEYS[4], 4, true)
+              if bad then last = nil end
             end
             token = last and string.format('%d',
               math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))

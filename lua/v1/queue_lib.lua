@@ -6,7 +6,8 @@
 -- scripts that may grant; ttl, set by them: its lifetime):
 --   m  meta hash  <prefix>:{<name>}          ~layout, ~cap, ~seq (last ticket), ~used (read
 --                                           holds or permits held), ~fence (the last token
---                                           issued), ~next, ~exp; the exclusive holder:
+--                                           issued, when newer than the fence key's: keys_lib),
+--                                           ~next, ~exp; the exclusive holder:
 --                                           ~writer, ~wholds, ~wfence, ~wexp (its lease's
 --                                           end), ~wclient; a shared holder (read holds or a
 --                                           permit): h:<owner> = holds/fence/client
@@ -101,7 +102,7 @@ local function open(keys, layout, names)
     if kind == 'hash' then return nil, {-2, ''} end
     if kind ~= 'none' then return nil, {-1, kind, s.i} end
     for j, k in ipairs({s.h, s.q}) do
-      local bad = foreign(k, 'zset', s.i + j)
+      local bad = foreign(k, s.i + j)
       if bad then return nil, bad end
     end
     -- Ours, but meaningless without the meta hash that described them.
@@ -109,9 +110,10 @@ local function open(keys, layout, names)
   end
   if s.f then
     -- The last token issued while the name was idle, read here once for `mint`.
-    local bad, last = foreign(s.f, 'counter', s.i + 3)
+    local bad, last = fence_last(s.f, s.i + 3, true)
     if bad then return nil, bad end
-    s.v['~fence'] = last
+    s.v['~fence'] = last and string.format('%.0f', last)
+    s.unfenced = not last
   end
   s.empty = true
   return s
@@ -265,17 +267,20 @@ local function fits(s, w)
 end
 
 -- A new fencing token: strictly above the last one issued for the name, and never below the
--- server clock in microseconds (`clock` is a TIME reply). nil if the fence key is foreign.
+-- server clock in microseconds (`clock` is a TIME reply). A name without a fence key (its first
+-- token, or its counter expired or was lost in a failover) starts a second ahead of the clock,
+-- above any token a client issued from its estimate of the clock. nil if the fence key is
+-- foreign.
 local function mint(s, clock)
+  local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
   local last = tonumber(get(s, '~fence'))
-  if not last then
-    local stored = redis.pcall('GET', s.f)
-    if type(stored) == 'table' and stored.err then return nil end
-    last = tonumber(stored or '0')
-    if not last then return nil end
+  if not last and not s.unfenced then
+    local bad
+    bad, last = fence_last(s.f, s.i + 3, true)
+    if bad then return nil end
+    s.unfenced = not last
   end
-  local token = string.format('%d',
-    math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
+  local token = string.format('%d', last and math.max(last + 1, us) or us + 1000000)
   put(s, '~fence', token)
   return token
 end
@@ -376,7 +381,7 @@ local function finish(s, reply)
   if s.sooner and s.channel and not s.qempty then tell_sooner(s) end
   if not held(s) and (s.qempty or redis.call('ZCARD', s.q) <= 1) then
     local fence = get(s, '~fence')
-    if fence then redis.call('SET', s.f, fence, 'PX', s.ttl) end
+    if fence then fence_raise(s.f, fence, s.ttl) end
     redis.call('DEL', s.m, s.h, s.q)
     return reply
   end

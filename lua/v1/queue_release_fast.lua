@@ -1,24 +1,24 @@
 -- name:    queue_release_fast
 -- layout:  1 (see queue_acquire)
--- Runs in queue_release after calls_lib, before keys_lib and queue_lib are loaded, for the
+-- Runs in queue_release after calls_lib and keys_lib, before queue_lib is loaded, for the
 -- releases that are common and simple, before any lease ran out (`~next` not passed): an
 -- owner's last hold (the exclusive holder's, a reader's only read hold, or a permit holder's
 -- units) is released as queue_lib's handoff and finish would, in about a third of the general
 -- path's server time (HMGET, TIME, ZPOPMIN of the queue's head, and then):
--- * nobody waits and nobody else holds: the name goes idle and the keys go (DEL; a SET of the
+-- * nobody waits and nobody else holds: the name goes idle and the keys go (DEL; a ZADD of the
 --   fence key too when a hand-over issued a token since the name was last idle);
 -- * nobody waits, or the head waits for more than is free now, while other shared holders
 --   stay: this holder's share goes (ZREM, HSET of `~used`, HDEL; the head put back);
 -- * the head is handed the hold, and nobody behind it could go: an exclusive waiter once
 --   nothing is held (after the exclusive holder, or the last reader), or a permit waiter whose
 --   units fill the semaphore (ZADD, ZREM of the holders for a shared hold, HSET, HDEL,
---   PUBLISH; a GET of the fence key for the first token a hand-over issues since the name was
+--   PUBLISH; a ZSCORE of the fence key for the first token a hand-over issues since the name was
 --   idle, a PEXPIREAT of the keys when the new lease ends past `~exp`).
 -- * several waiters from the head go: the readers after the exclusive holder's last hold,
 --   every one up to the first other waiter or the queue's end; the permit waiters while the
 --   permits freed cover them, up to the first they do not (a ZPOPMIN each, the waiter that
 --   stopped them put back; HMGET, ZADD of the holders, HSET, HDEL, PUBLISH; for permits ZREM
---   of the releaser and a GET of the fence key as above; a PEXPIREAT of the keys when a lease
+--   of the releaser and a ZSCORE of the fence key as above; a PEXPIREAT of the keys when a lease
 --   ends past `~exp`).
 -- Anything else (a term that ends before `~next`, a waiter that already holds, an owner queued
 -- twice) falls through to the general path, which sees the name exactly as it was (every
@@ -26,13 +26,16 @@
 -- KEYS[], ARGV[] and replies: those of queue_release.
 do
   local op, owner = ARGV[2], ARGV[3]
-  -- The last token issued for the name: `~fence` of the state `m` read, else the fence key's
-  -- (0 when there is none); false when the fence key is not a counter of ours.
-  local function last_token(m)
+  -- The last token issued for the name (`~fence` of the state `m` read, else the fence key's,
+  -- keys_lib), as the next one is minted from: a name without a fence key starts a second ahead
+  -- of the clock `us` (queue_lib's mint). nil for a fence key that is not ours, which the
+  -- general path refuses.
+  local function last_token(m, us)
     local fence = tonumber(m[6])
     if fence then return fence end
-    local stored = redis.pcall('GET', KEYS[4])
-    return type(stored) ~= 'table' and tonumber(stored or '0')
+    local bad, last = fence_last(KEYS[4], 4, true)
+    if bad then return nil end
+    return last or us + 999999
   end
   -- The keys live until the latest lease end, rounded up to the next second: when `top` ends
   -- past `~exp` (m[8]), the new expiry goes into `fields` and onto the keys (the holders' key
@@ -106,7 +109,7 @@ do
         if goes == 'none' and not waiting and left == 0 then
           -- Nobody waits, nobody holds (a queue key holding only `~` is gone now, as the DEL
           -- would make it).
-          if m[6] then redis.call('SET', KEYS[4], m[6], 'PX', ARGV[5]) end
+          if m[6] then fence_raise(KEYS[4], m[6], ARGV[5]) end
           redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
           return {2}
         elseif goes == 'none' and left > 0 then
@@ -115,12 +118,12 @@ do
           unshare()
           return {2}
         elseif goes == 'one' then
-          local fence = last_token(m)
+          local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+          local fence = last_token(m, us)
           local ends = now + term
           -- A permit waiter that holds already is not this path's (ZADD NX changes nothing).
           if fence and (wop ~= 's' or redis.call('ZADD', KEYS[2], 'NX', ends, o) == 1) then
-            local token = string.format('%d',
-              math.max(fence + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
+            local token = string.format('%d', math.max(fence + 1, us))
             local fields
             if wop == 's' then
               fields = {'h:' .. o, units .. '/' .. token .. '/' .. c, '~used', left + units,
@@ -173,12 +176,12 @@ do
             end
           end
           -- Permits' tokens: each above the last one issued, as the general path mints them.
-          local fence = goes and permits and last_token(m)
+          local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+          local fence = goes and permits and last_token(m, us)
           if permits and not fence then goes = nil end
           if goes then
             if stop then redis.call('ZADD', KEYS[3], stop[2], stop[1]) end
             local fields, holders, told, top = {'~used', used}, {}, {}, 0
-            local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
             for i, g in ipairs(going) do
               local ends, token = now + g[3], '0'
               if ends > top then top = ends end

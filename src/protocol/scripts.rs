@@ -52,7 +52,12 @@ macro_rules! script {
     };
 }
 
-script!(once MUTEX_ACQUIRE, "mutex_lib.lua", "mutex_acquire.lua");
+script!(
+    once MUTEX_ACQUIRE,
+    "keys_lib.lua",
+    "mutex_lib.lua",
+    "mutex_acquire.lua"
+);
 script!(once MUTEX_RELEASE, "mutex_lib.lua", "mutex_release.lua");
 script!(MUTEX_EXTEND, "mutex_lib.lua", "mutex_extend.lua");
 script!(
@@ -64,16 +69,16 @@ script!(
 script!(
     once QUEUE_ACQUIRE,
     "calls_lib.lua",
-    "queue_acquire_fast.lua",
     "keys_lib.lua",
+    "queue_acquire_fast.lua",
     "queue_lib.lua",
     "queue_acquire.lua"
 );
 script!(
     once QUEUE_RELEASE,
     "calls_lib.lua",
-    "queue_release_fast.lua",
     "keys_lib.lua",
+    "queue_release_fast.lua",
     "queue_lib.lua",
     "queue_release.lua"
 );
@@ -124,48 +129,48 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "97e8f33e28a0d35fa033b1b45951ec72c81d5a50",
-                "b61ec6f4eae0a7d591f4499e3ae86ca053ff0bfe",
+                "495d2d4d5c4ada22058702701b18e0908313f371",
+                "5b97ffe722237ece00819e6b35edeac40d89573e",
             ),
             (
                 &*MUTEX_RELEASE,
-                "f39ca5fe0444dc64152c1724295af0d34115d70f",
-                "b0a9ea81445e5a20e50507280b8343a1ce1ce888",
+                "8e0ff2503c6f7fc387beaa64f405c9f6f6117934",
+                "0647c7abd2d0d43e71dff9e60c28e6a93287c8b3",
             ),
             (
                 &*MUTEX_EXTEND,
-                "e4d4a542b3007eb87df9de027907e9027ade696e",
-                "df2fff347055448210602bb3d9223b656684067f",
+                "859ce93dbe8feacff2aae0cf9f831a0e88415b31",
+                "9c094e69259167e9b3a9168397ba35d573d61a4e",
             ),
             (
                 &*MUTEX_CONFIRM,
-                "6b3f0edb113ca52644695d022f49dbf7a2410809",
-                "a3e2af615d035bc294fc084db6f957735d019122",
+                "de2cd5f33e81075d784a5ef0f2a3b8d979c30c51",
+                "8497151beea7cdf1aa70118941b69ca0b35e245c",
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "d7dd8c09b1807faa9aafa95019ab40bd43baf046",
-                "eec31cbc1febfd83508e110019b1bcf204fb4ad8",
+                "f3c727f59853c5df91ab5d69fbd07e970cde45f6",
+                "2cf68fdf98efa233985cf9cbd18534c2a372564a",
             ),
             (
                 &*QUEUE_RELEASE,
-                "1a9be87533edea7c3e4a42b62ac4a19813c21735",
-                "3b5078ca2ed63f747f89cdfd03ad8a7250697a13",
+                "96fe707ad795b4d1b14d5460c1104781f65418e8",
+                "43906a1acb9e83a20db9e206fcc754c393e0ae07",
             ),
             (
                 &*QUEUE_EXTEND,
-                "08e2af07f6f9aedc7a3f23f4aebf9746090985c3",
-                "74277a5380022b068709600d313db61cd782b4d8",
+                "c0753d274f748ce6b63a7c8b01038844d9839582",
+                "56ee63731a639d81216abdeea1ebf0b3be4913ad",
             ),
             (
                 &*INSPECT,
-                "ff0332495d6970831bbd5d734f86b88059ec5f47",
-                "fb215a0f2dab9e0e2662b896ed39453cdfa4a892",
+                "e892e5e7dfdced51e8f9c3458724ebed23c5da7e",
+                "30ab03d95a5a1b8b0af8f1ef61f29c30c24207c0",
             ),
             (
                 &*FORCE_UNLOCK,
-                "087e1f4f3165a550d692c93b052d5e8f6aed5371",
-                "897322b61f568b0828566986eb7dbb4e3133a4bd",
+                "7b6c1f00a1b80cb4e093800530f046d6722f6dae",
+                "231eceeafc442186d1756299b74a633ad286db95",
             ),
             (
                 &*ELECT_PROCLAIM,
