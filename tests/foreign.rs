@@ -208,6 +208,97 @@ async fn foreign_data_under_every_key_of_every_layout_is_refused_and_left_alone(
     .await;
 }
 
+/// Takes and lets go of `name` once: the name is in use (its fence key made), and the client
+/// last saw it free, so its next acquisition is first tried in plain commands.
+async fn use_once(client: &LockClient, primitive: Primitive, name: &str) {
+    match primitive {
+        Primitive::Mutex => {
+            client
+                .mutex(name)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap()
+                .unlock()
+                .await
+        }
+        Primitive::Fair => {
+            let m = client.fair_mutex(name).unwrap();
+            m.lock().await.unwrap().unlock().await
+        }
+        Primitive::Semaphore => {
+            let s = client.semaphore(name, 2).unwrap();
+            s.acquire().await.unwrap().release().await
+        }
+        Primitive::RwLock => {
+            let l = client.rwlock(name).unwrap();
+            l.write().await.unwrap().unlock().await
+        }
+    }
+    .unwrap();
+}
+
+/// The same refusals at a name the client has used and last saw free (the first attempt is
+/// then made in plain commands, which must change nothing that is not ours either): foreign
+/// data written under a key afterwards (the fence key replaced) is refused and left exactly
+/// as it was, and the refused attempts leave nothing beside it but the name's fence key.
+#[tokio::test]
+async fn foreign_data_at_a_name_in_use_is_refused_and_left_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let mut cases = 0;
+        for primitive in [
+            Primitive::Mutex,
+            Primitive::Fair,
+            Primitive::Semaphore,
+            Primitive::RwLock,
+        ] {
+            for &slot in layout(primitive) {
+                for what in FOREIGN {
+                    let name = format!("used-{primitive:?}-{slot:?}-{what:?}");
+                    use_once(&client, primitive, &name).await;
+                    let key = slot.of(&redis, &name);
+                    let fence = Key::Fence.of(&redis, &name);
+                    let _: () = redis::cmd("DEL")
+                        .arg(&key)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    write(&mut conn, &key, what, false).await;
+                    let before = state(&mut conn, &key).await;
+                    operations(&client, primitive, &name, &key).await;
+                    assert_eq!(
+                        state(&mut conn, &key).await,
+                        before,
+                        "{key} holding a {what:?} was changed"
+                    );
+                    let mut keys: Vec<String> = redis::cmd("KEYS")
+                        .arg(format!("{}*", redis.lock_key(&name)))
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    keys.sort();
+                    let mut expected = vec![key.clone(), fence.clone()];
+                    expected.sort();
+                    expected.dedup();
+                    assert_eq!(keys, expected, "{primitive:?} left keys");
+                    let _: () = redis::cmd("DEL")
+                        .arg(&key)
+                        .arg(&fence)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 5 * (2 + 3 * 4));
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn refusals_say_what_was_found() {
     let redis = TestRedis::new();

@@ -87,7 +87,8 @@ async fn local_waiters_take_turns_without_a_round_trip() {
             tokens.windows(2).all(|w| w[0] < w[1]),
             "tokens not strictly rising"
         );
-        // Without hand-off every acquisition is two script calls at least.
+        // Without hand-off every acquisition is released in Redis by a script call at least
+        // (and taken there by one, or by plain commands).
         assert!(
             scripts < 400,
             "{scripts} script calls for 800 acquisitions: holds were not passed"
@@ -105,7 +106,19 @@ async fn a_pass_keeps_the_owner_in_redis_and_a_read_owner_is_not_passed() {
     within(LIMIT, async {
         let client = redis.client();
         let mutex = client.mutex("owner").unwrap();
-        let first = mutex.lock().await.unwrap();
+        // A hold taken while nobody else of the client waits reserves no tokens for passes:
+        // it goes back to Redis, and the next hold reserves them.
+        let alone = mutex.lock().await.unwrap();
+        let waiter = queued(&mutex).await;
+        let holder = |s: redlatch::Snapshot| s.holders[0].id.clone();
+        let before = holder(client.inspect("owner").await.unwrap());
+        alone.unlock().await.unwrap();
+        let first = waiter.await.unwrap();
+        let after = holder(client.inspect("owner").await.unwrap());
+        assert_ne!(
+            before, after,
+            "passed without tokens: the owner in Redis stayed"
+        );
         let waiter = queued(&mutex).await;
         let fence = first.fencing_token();
         first.unlock().await.unwrap();
@@ -139,18 +152,22 @@ async fn the_bound_sends_the_lock_back_to_redis() {
             .build()
             .unwrap();
         let counter = format!("{}:counter", redis.prefix);
-        let before = redis.calls("evalsha").await;
+        let before = redis.calls("del").await;
         let tokens = take_turns(&redis, &client, "bound", 4, 50, &counter).await;
-        let scripts = redis.settle().await - before;
+        redis.settle().await;
+        // Each hold taken in Redis is released there by one `DEL` of the lock.
+        let in_redis = redis.calls("del").await - before;
         assert_eq!(counted(&redis, &counter).await, 200);
         assert!(tokens.windows(2).all(|w| w[0] < w[1]));
-        // At most 3 passes per acquisition in Redis: at least 50 of them, each with its
-        // release.
+        // At most 3 passes per acquisition in Redis: at least 50 of them.
         assert!(
-            scripts >= 100,
-            "{scripts} script calls: more than 3 passes per acquisition"
+            in_redis >= 50,
+            "{in_redis} holds in Redis: more than 3 passes per acquisition"
         );
-        assert!(scripts < 400, "{scripts} script calls: nothing was passed");
+        assert!(
+            in_redis < 200,
+            "{in_redis} holds in Redis: nothing was passed"
+        );
     })
     .await;
 }

@@ -319,3 +319,156 @@ fn building_outside_a_runtime_is_an_error_not_a_panic() {
         }
     ));
 }
+
+/// A name the client last saw free is taken in one round trip of plain commands and let go
+/// by one script call whose fast path compares and deletes: no script on the way in, five
+/// commands in all per cycle (`SET`, `ZADD`; `EVALSHA`, `GET`, `DEL`: no block of tokens for
+/// local hand-off while no other task of the client waits), tokens strictly rising, nothing
+/// left but the fence key.
+#[tokio::test]
+async fn an_uncontended_cycle_runs_one_script_and_five_commands() {
+    // Our own server: the figures are the server's counts of every command it ran.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let mutex = client.mutex("plain").unwrap();
+        // The name in use, past the second in which its new fence key runs ahead of the clock.
+        mutex.lock().await.unwrap().unlock().await.unwrap();
+        tokio::time::sleep(redlatch_harness::measure::WARM_NAMES).await;
+        let calls = |stats: &std::collections::HashMap<String, u64>, name: &str| {
+            stats.get(name).copied().unwrap_or(0)
+        };
+        let before = redlatch_harness::measure::commandstats(&mut conn)
+            .await
+            .unwrap();
+        let mut tokens = Vec::new();
+        for _ in 0..20 {
+            let guard = mutex.lock().await.unwrap();
+            tokens.push(guard.fencing_token());
+            guard.unlock().await.unwrap();
+        }
+        let after = redlatch_harness::measure::commandstats(&mut conn)
+            .await
+            .unwrap();
+        let scripts = calls(&after, "evalsha") - calls(&before, "evalsha");
+        let commands = redlatch_harness::measure::server_commands(&before, &after);
+        assert_eq!(scripts, 20, "one script call a cycle (the release)");
+        assert_eq!(commands, 20 * 5, "commands in all");
+        assert_eq!(calls(&after, "set") - calls(&before, "set"), 20);
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// The one-round-trip acquire proposes the client's estimate of the server clock as its token;
+/// a fence key that stands above it (tokens issued from a clock far ahead) does not confirm it,
+/// and the script then issues the hold a token above the key, before the caller sees any.
+#[tokio::test]
+async fn a_token_the_fence_key_does_not_confirm_is_issued_again() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let mutex = client.mutex("ahead").unwrap();
+        mutex.lock().await.unwrap().unlock().await.unwrap();
+        let lock = redis.lock_key("ahead");
+        let fence = format!("{lock}:fence");
+        let ahead = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            + 60_000_000;
+        let _: () = redis::cmd("ZADD")
+            .arg(&fence)
+            .arg("GT")
+            .arg(ahead)
+            .arg("~")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let guard = mutex.lock().await.unwrap();
+        let token = guard.fencing_token();
+        assert!(token > ahead, "{token} <= {ahead}");
+        let stored: String = redis::cmd("GET")
+            .arg(&lock)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            stored.starts_with(&format!("mutex:2 {token} 1 ")),
+            "{stored}"
+        );
+        let last: u64 = redis::cmd("ZSCORE")
+            .arg(&fence)
+            .arg("~")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(last >= token, "{last} < {token}");
+        guard.unlock().await.unwrap();
+        // The next one rises above it again.
+        let next = mutex.lock().await.unwrap();
+        assert!(next.fencing_token() > last);
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// A name the client last saw free but that another client took meanwhile: the one-round-trip
+/// attempt finds it busy and changes nothing, the script marks the lock, and the waiter gets it
+/// when the other lets go, never before.
+#[tokio::test]
+async fn a_name_taken_meanwhile_elsewhere_is_waited_for() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let a = redis.client();
+        let b = redis.client();
+        a.mutex("meanwhile")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        let held = b.mutex("meanwhile").unwrap().lock().await.unwrap();
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = tokio::spawn({
+            let (mutex, released) = (a.mutex("meanwhile").unwrap(), released.clone());
+            async move {
+                let guard = mutex.lock().await.unwrap();
+                assert!(
+                    released.load(std::sync::atomic::Ordering::SeqCst),
+                    "taken while held"
+                );
+                guard
+            }
+        });
+        // The waiter's attempt has marked the lock: its holder's release will publish.
+        let lock = redis.lock_key("meanwhile");
+        let mut conn = redis.conn().await;
+        support::until(|| {
+            let (mut conn, lock) = (conn.clone(), lock.clone());
+            async move {
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(&lock)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
+            }
+        })
+        .await;
+        let token = held.fencing_token();
+        released.store(true, std::sync::atomic::Ordering::SeqCst);
+        held.unlock().await.unwrap();
+        let guard = waiter.await.unwrap();
+        assert!(guard.fencing_token() > token);
+        guard.unlock().await.unwrap();
+        let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

@@ -72,6 +72,7 @@ pub const LUA: &[&str] = &[
     include_str!("../../lua/v1/once_lib.lua"),
     MUTEX_LIB,
     CALLS_LIB,
+    include_str!("../../lua/v1/mutex_release_fast.lua"),
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -156,8 +157,9 @@ impl Waits {
 static ACQUIRE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!("{PLAIN}{}{MUTEX_LIB}{}", LUA[3], LUA[0]))
 });
-static RELEASE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PLAIN}{MUTEX_LIB}{}", LUA[1])));
+static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!("{PLAIN}{}{MUTEX_LIB}{}", LUA[15], LUA[1]))
+});
 
 /// The queued primitives' scripts, called by hand on one server: how a fast path runs before
 /// the queue library (`lua/README.md`), and the general path alone.
@@ -285,47 +287,76 @@ impl QueueScript {
     }
 }
 
-/// The physical reference: redlatch's mutex scripts by EVALSHA, `tasks` tasks on distinct
-/// names sharing one multiplexed connection (from a pool of its own, not the library's), with
-/// no library logic at all.
+/// The physical reference: what redlatch's `Mutex` sends on an uncontended cycle, by hand,
+/// `tasks` tasks on distinct names sharing one multiplexed connection (from a pool of its own,
+/// not the library's), with no library logic at all: the acquire of a free lock in one round
+/// trip of plain commands (`SET NX PX` of the lock, `ZADD XX GT CH` of the fence key to the
+/// proposed token and `ZADD XX GT` to the end of the block of tokens the library takes for
+/// local hand-off), then `mutex_release` by `EVALSHA` with the string the grant wrote, which
+/// its fast path compares and deletes. Each name is taken once by `mutex_acquire` first (its
+/// fence key made).
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
     let mut conn = deadpool_redis::Connection::take(pool.get().await?);
     // The server's clock, read once and moved on by ours, as the library's estimate is: fresh
-    // tokens start from it, and the scripts do not read the clock.
+    // tokens start from it.
     let base = (server_micros(&mut conn).await?, Instant::now());
     let prefix = prefix.to_owned();
     let floor = move || base.0 + u64::try_from(base.1.elapsed().as_micros()).unwrap_or(0);
-    let cycle = move |mut conn: MultiplexedConnection, lock: String| async move {
-        let owner = uuid::Uuid::new_v4().simple().to_string();
-        let _: redis::Value = ACQUIRE
-            .key(&lock)
-            .key(format!("{lock}:fence"))
-            .arg(&owner)
-            .arg(30_000)
-            .arg(60_000)
-            .arg("new")
-            .arg("-")
-            .arg(floor())
-            .invoke_async(&mut conn)
-            .await?;
-        let _: redis::Value = RELEASE
-            .key(&lock)
-            .arg(&owner)
-            .arg(format!("{lock}:wake"))
-            .invoke_async(&mut conn)
-            .await?;
-        Ok::<(), Box<dyn Error + Send + Sync>>(())
-    };
     // Names in use, as the library's uncontended scenario has them.
     for task in 0..tasks {
-        cycle(conn.clone(), format!("{prefix}:{{raw-{task}}}")).await?;
+        let lock = format!("{prefix}:{{raw-{task}}}");
+        let owner = uuid::Uuid::new_v4().simple().to_string();
+        raw_mutex_acquire(&mut conn, &lock, &owner, floor()).await?;
+        raw_mutex_release(&mut conn, &lock, &owner).await?;
     }
     tokio::time::sleep(WARM_NAMES).await;
+    // Each task's last token, which the next proposal passes, as the library's does.
+    let last: Arc<Vec<AtomicU64>> = Arc::new((0..tasks).map(|_| AtomicU64::new(0)).collect());
     loop_tasks(tasks, phase, move |task| {
-        let conn = conn.clone();
+        let mut conn = conn.clone();
         let lock = format!("{prefix}:{{raw-{task}}}");
-        Box::pin(cycle(conn, lock))
+        let last = Arc::clone(&last);
+        Box::pin(async move {
+            let owner = uuid::Uuid::new_v4().simple().to_string();
+            let token = floor().max(last[task].load(Ordering::Relaxed) + 65);
+            last[task].store(token + 64, Ordering::Relaxed);
+            let value = format!("mutex:2 {token} 1 - {owner}");
+            let (set, confirmed, _): (Option<String>, i64, i64) = redis::pipe()
+                .cmd("SET")
+                .arg(&lock)
+                .arg(&value)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .cmd("ZADD")
+                .arg(format!("{lock}:fence"))
+                .arg("XX")
+                .arg("GT")
+                .arg("CH")
+                .arg(token)
+                .arg("~")
+                .cmd("ZADD")
+                .arg(format!("{lock}:fence"))
+                .arg("XX")
+                .arg("GT")
+                .arg(token + 64)
+                .arg("~")
+                .query_async(&mut conn)
+                .await?;
+            if set.is_none() || confirmed != 1 {
+                return Err(format!("{lock}: not taken in one round trip").into());
+            }
+            let _: redis::Value = RELEASE
+                .key(&lock)
+                .arg(&owner)
+                .arg(format!("{lock}:wake"))
+                .arg("1")
+                .arg(&value)
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(())
+        })
     })
     .await
 }

@@ -105,9 +105,13 @@ if not held then return {0, -2} end
 if held.owner == owner then
   local token, holds = held.token, held.holds
   if claim == 'new' then
-    -- The same acquisition asked again: its hold keeps its count and gets a new token.
+    -- The same acquisition asked again: its hold keeps its count and gets a new token (or,
+    -- with a fence key that is not ours, is given back).
     local issued, bad = issue(string.format('%.0f', math.max(floor, tonumber(token) + 1)))
-    if not issued then return bad end
+    if not issued then
+      redis.call('DEL', lock)
+      return bad
+    end
     token = issued
   else
     holds = holds + 1

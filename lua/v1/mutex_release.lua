@@ -7,6 +7,8 @@
 -- ARGV[3]: optional message to publish (default '1'; '' publishes nothing); a Redlock client's
 --          release sends the same `1@<release id>` to every node, so a waiter that hears it from
 --          several nodes wakes once, and gives back a failed attempt's grants with ''
+-- ARGV[4]: optional, the lock's string as the releaser's grant wrote it: when the lock is
+--          exactly that, mutex_release_fast has deleted it before this script runs
 -- returns: {1, holds}    one hold released; the owner still holds the lock `holds` times
 --          {2, told}     the last hold released; the lock is free; told is 1 when a waiter
 --                        had found it busy and the release published (0: nobody was told)

@@ -64,26 +64,31 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
         sleep_until(Some(deadline.map_or(until, |d| d.min(until)))).await;
     }
     let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    // Tokens for the passes, reserved with the hold, when other tasks of this client wait for
+    // the name (or the last hold went back to Redis for want of them); a leader alone takes
+    // one (the block costs the server a command), and its hold goes back to Redis if a waiter
+    // comes meanwhile.
+    let passes = if cohort.wants_passes() {
+        settings.passes()
+    } else {
+        0
+    };
     let ask = Ask {
-        tokens: settings.passes().saturating_add(1),
+        tokens: passes.saturating_add(1),
         ..ask
     };
     let mut held = engine.acquire_in_redis(ask, remaining).await?;
     leading.done();
     cohort.holding(held.hold());
-    held.baton = Some(Baton::new(
-        cohort,
-        Instant::now(),
-        held.fence,
-        settings.passes(),
-    ));
+    held.baton = Some(Baton::new(cohort, Instant::now(), held.fence, passes));
     Ok(held)
 }
 
 /// Releases the hold a dropped guard let go, for the new leader: whether that woke waiters
 /// elsewhere. If the leader is cancelled first, the lease releases it in the background.
 async fn released(engine: &Engine, lease: Lease) -> bool {
-    let told = release::release(engine.core.tasks.backend(), lease.hold()).await;
+    let tasks = &engine.core.tasks;
+    let told = release::release(tasks.backend(), tasks.free(), lease.hold()).await;
     lease.disarm();
     told.unwrap_or_else(|err| {
         tracing::debug!(lock = %engine.name, error = %err, "releasing a hold let go failed; its lease will run out");

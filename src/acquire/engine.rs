@@ -339,9 +339,19 @@ impl Engine {
     }
 
     /// The granted hold of `ask` (its owner as stored in Redis: `owner`), with fencing token
-    /// `fence`, registered with the watchdog.
-    pub(super) fn held(&self, ask: Ask, owner: String, fence: u64, sent_at: Instant) -> Held {
-        let hold = self.hold(ask.op, owner, self.lease, sent_at);
+    /// `fence`, registered with the watchdog; `value`, the string the grant left under the
+    /// name's key, when it is all there is (see [`Hold::value`]).
+    pub(super) fn held(
+        &self,
+        ask: Ask,
+        owner: String,
+        fence: u64,
+        sent_at: Instant,
+        value: Option<String>,
+    ) -> Held {
+        let hold = self
+            .hold(ask.op, owner, self.lease, sent_at)
+            .with_value(value);
         Held {
             owner: ask.owner,
             fence,
@@ -367,33 +377,104 @@ impl Engine {
         if let Some(quorum) = self.core.backend.as_quorum() {
             return super::quorum::run(self, quorum, ask).await;
         }
+        self.run_mutex(ask).await
+    }
+
+    /// One attempt at a plain mutex on one server or a cluster. A fresh owner's attempt at a
+    /// name this client last saw free is first made in plain commands (`Take`: one round trip,
+    /// no script); if the lock was not free, or the fence key did not confirm the proposed
+    /// token, `mutex_acquire` runs as for any attempt (with the same owner, whose hold it then
+    /// finds and issues a new token). What an attempt finds is noted for the next one.
+    async fn run_mutex(&self, ask: Ask) -> Result<Attempt<Held>> {
         let owner = ask.owner.as_field();
+        let lease_ms = lease_ms(self.lease)?;
+        let floor = self.core.backend.clock().now();
+        let waiters = self.core.notifier.has_waiters(&self.keys.wake);
+        let free = self.core.tasks.free();
+        // The string a grant leaves when no waiter of this client marked it: its release
+        // compares and deletes it.
+        let value = |fence| (!waiters).then(|| mutex::value(fence, false, &owner));
+        // The last token of the block a grant takes.
+        let last = |fence: u64| fence.saturating_add(u64::from(ask.tokens.saturating_sub(1)));
+        // Above the last token this client issued there, which may be ahead of the clock by
+        // the block it took for local hand-off.
+        let proposal = floor
+            .zip(self.seen_free(ask))
+            .map(|(f, l)| f.max(l.saturating_add(1)));
+        if let Some(token) = proposal {
+            let take = mutex::Take {
+                keys: &self.keys,
+                owner: &owner,
+                lease_ms,
+                token,
+                waiters,
+                tokens: ask.tokens,
+            };
+            let sent_at = Instant::now();
+            match self.core.backend.run_commands(&take).await {
+                None | Some(Ok(mutex::Taken::Unconfirmed)) => {}
+                Some(Ok(mutex::Taken::Granted)) if self.too_late(sent_at) => {
+                    return Err(late_answer());
+                }
+                Some(Ok(mutex::Taken::Granted)) => {
+                    free.note(&self.keys.lock, last(token));
+                    let held = self.held(ask, owner.clone(), token, sent_at, value(token));
+                    return Ok(Attempt::Acquired(held));
+                }
+                Some(Ok(mutex::Taken::Busy)) => free.forget(&self.keys.lock),
+                Some(Err(err)) => {
+                    free.forget(&self.keys.lock);
+                    return Err(err);
+                }
+            }
+        }
         let request = mutex::Acquire {
             keys: &self.keys,
             owner: &owner,
-            lease_ms: lease_ms(self.lease)?,
+            lease_ms,
             fence_ttl_ms: millis(FENCE_TTL),
             claim: ask.claim,
-            floor: self.core.backend.clock().now().unwrap_or(0),
-            waiters: self.core.notifier.has_waiters(&self.keys.wake),
+            floor: floor.unwrap_or(0),
+            waiters,
             tokens: ask.tokens,
         };
         let sent_at = Instant::now();
-        let (answer, acks) = self.send(&request).await?;
+        let (answer, acks) = self
+            .send(&request)
+            .await
+            .inspect_err(|_| free.forget(&self.keys.lock))?;
         if let Answer::Granted {
             clock: Some(us), ..
         } = answer
         {
             self.core.backend.clock().heard(us, sent_at);
         }
+        // A fresh owner's grant found nobody else holding; a busy answer, another holder.
+        match answer {
+            Answer::Granted { fence, .. } if ask.claim.is_fresh() => {
+                free.note(&self.keys.lock, last(fence));
+            }
+            Answer::Granted { .. } => {}
+            Answer::Busy { .. } => free.forget(&self.keys.lock),
+        }
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, .. } => {
-                let held = self.held(ask, owner, fence, sent_at);
+                let held = self.held(ask, owner.clone(), fence, sent_at, value(fence));
                 Attempt::Acquired(Self::replicated(held, acks)?)
             }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })
+    }
+
+    /// Whether an attempt is first made in plain commands (a fresh owner's, without waiting
+    /// for replicas, at a name this client last saw free): the last token this client issued
+    /// there, if so.
+    fn seen_free(&self, ask: Ask) -> Option<u64> {
+        if ask.claim != Claim::New || self.durability != Durability::None {
+            return None;
+        }
+        self.core.tasks.free().last(&self.keys.lock)
     }
 
     /// A grant to a request sent at `sent_at` came back after the lease it grants would have

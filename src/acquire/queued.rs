@@ -93,7 +93,7 @@ pub(super) async fn run(
                 // Redis removed the place when it granted the hold.
                 lease.disarm();
             }
-            let held = engine.held(ask, owner, fence, sent_at);
+            let held = engine.held(ask, owner, fence, sent_at, None);
             Ok(Attempt::Acquired(Engine::replicated(held, acks)?))
         }
         Answer::Busy { wait, ticket } => {

@@ -137,7 +137,9 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
             // A re-entry keeps its hold's token (the caller sets it); this one is not used.
             fence = 0;
         }
-        return Ok(Attempt::Acquired(engine.held(ask, owner, fence, started)));
+        return Ok(Attempt::Acquired(
+            engine.held(ask, owner, fence, started, None),
+        ));
     }
     // Nodes that did not answer may grant yet: a fresh owner gives back unless every node
     // refused.
@@ -219,6 +221,7 @@ fn give_back(engine: &Engine, ask: Ask, owner: &str, granted: &[(usize, u64)]) {
             keys: &keys,
             owner: &owner,
             message: Some(""),
+            expected: None,
         };
         let deadline = after(Instant::now(), quorum.node_timeout(lease));
         let answers = match nodes {

@@ -61,6 +61,19 @@ pub(crate) trait Request {
     fn decode(&self, raw: Value) -> Result<Self::Reply>;
 }
 
+/// A typed request sent as plain commands, pipelined in one round trip, without a script:
+/// where a few commands can do an operation's common case alone (the plain mutex's
+/// acquisition of a free lock), they cost the server a fraction of a script call. A single
+/// command's error comes back as its value ([`Value::ServerError`]), for `decode` to read.
+pub(crate) trait Commands {
+    /// The decoded reply.
+    type Reply;
+    /// The commands, in order (every key in one hash slot).
+    fn pipeline(&self) -> redis::Pipeline;
+    /// Decodes their replies, one per command.
+    fn decode(&self, replies: Vec<Value>) -> Result<Self::Reply>;
+}
+
 /// Where requests go.
 #[derive(Debug)]
 pub(crate) struct Backend {
@@ -245,6 +258,23 @@ impl Backend {
             }
         };
         request.decode(raw)
+    }
+
+    /// Sends `request`'s commands in one round trip and decodes their replies, on one server
+    /// (at a fixed address or the master Sentinel names); `None` on a Redis Cluster and a
+    /// Redlock client, which send scripts only: the caller runs the operation's script
+    /// instead.
+    pub(crate) async fn run_commands<C: Commands>(&self, request: &C) -> Option<Result<C::Reply>> {
+        match &self.servers {
+            Servers::Single(node) => Some(
+                node.send_commands(&request.pipeline())
+                    .await
+                    .and_then(|replies| request.decode(replies)),
+            ),
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(_) => None,
+            Servers::Quorum(_) => None,
+        }
     }
 
     /// Runs `request` and waits until replicas acknowledged its writes as `want` says: the

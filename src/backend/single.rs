@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, Pipeline, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Request;
@@ -100,6 +100,29 @@ impl Node {
     pub(crate) async fn send(&self, by_hash: &Cmd, source: &str) -> Result<Value> {
         let mut conn = self.connection().await?;
         let reply = send_on(&mut conn, by_hash, source).await;
+        self.answered(reply)
+    }
+
+    /// Sends `pipeline` (plain commands, in one round trip) and returns one reply per command,
+    /// a command's error as its value.
+    pub(crate) async fn send_commands(&self, pipeline: &Pipeline) -> Result<Vec<Value>> {
+        let mut conn = self.connection().await?;
+        let replies: Vec<Value> = self.answered(pipeline.query_async(&mut conn).await)?;
+        // A command's error comes back as its value; one from a demoted master gives up the
+        // connection all the same.
+        let demoted_reply = replies.iter().any(|reply| {
+            matches!(reply, Value::ServerError(err)
+                if demoted(&redis::RedisError::from(err.clone())))
+        });
+        if demoted_reply && let Ok(mut slot) = self.conn.lock() {
+            slot.take();
+        }
+        Ok(replies)
+    }
+
+    /// Notes how a request went: a connection that broke, stalled or now talks to a demoted
+    /// master is given up for a new one.
+    fn answered<T>(&self, reply: redis::RedisResult<T>) -> Result<T> {
         match reply {
             Ok(value) => {
                 self.stalled(false);

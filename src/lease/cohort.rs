@@ -5,7 +5,9 @@
 //!   client taking it in Redis for the others (the leader) or holding it, and its queue of
 //!   local waiters (oldest first). A name leaves the registry when it has neither.
 //! * A hold taken in Redis by a leader carries a [`Baton`]: the fencing tokens reserved with it
-//!   and when it was taken. When its guard lets go ([`Held`]'s release or drop), the hold goes
+//!   (when other tasks of the client waited, or the name's last hold had to go back to Redis
+//!   for want of them: a leader alone reserves none, which saves the server a command) and when
+//!   it was taken. When its guard lets go ([`Held`]'s release or drop), the hold goes
 //!   to the oldest live waiter, as a new [`Held`] with the next token, the same [`Hold`] (the
 //!   lease the watchdog renews, the loss signal) and the same owner in Redis. Past the bound, or
 //!   once the owner token may be in use elsewhere, it is released in Redis and the oldest waiter
@@ -112,6 +114,9 @@ struct State {
     queue: VecDeque<oneshot::Sender<Turn>>,
     /// The hold the latest leader took, while it is passed around.
     hold: Option<Arc<Hold>>,
+    /// A hold went back to Redis with waiters left because it had no tokens reserved for
+    /// passes (it was taken while nobody waited): the next leader reserves them.
+    starved: bool,
 }
 
 impl State {
@@ -140,6 +145,14 @@ impl Cohort {
     pub(crate) fn holding(self: &Arc<Self>, hold: &Arc<Hold>) {
         let _ = hold.cohort.set(Arc::downgrade(self));
         lock(&self.state).hold = Some(Arc::clone(hold));
+    }
+
+    /// Whether a hold taken in Redis now should reserve tokens for passes: other tasks of this
+    /// client wait for the name, or the last hold had to go back to Redis for want of them.
+    pub(crate) fn wants_passes(&self) -> bool {
+        let mut state = lock(&self.state);
+        state.queue.retain(|w| !w.is_closed());
+        std::mem::take(&mut state.starved) || !state.queue.is_empty()
     }
 
     /// How long the hold local waiters wait for has left, if one is known.
@@ -216,6 +229,8 @@ pub(crate) struct Baton {
     /// The next fencing token to give, and the last one reserved.
     next: u64,
     last: u64,
+    /// Tokens were reserved for passes when the hold was taken.
+    reserved: bool,
     /// The owner token was read or re-entered: it may be in use elsewhere.
     shared: AtomicBool,
 }
@@ -229,6 +244,7 @@ impl Baton {
             since,
             next: fence.saturating_add(1),
             last: fence.saturating_add(u64::from(passes)),
+            reserved: passes > 0,
             shared: AtomicBool::new(false),
         }
     }
@@ -286,6 +302,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
                     since: baton.since,
                     next: baton.next.saturating_add(1),
                     last: baton.last,
+                    reserved: baton.reserved,
                     shared: AtomicBool::new(false),
                 }),
                 since: Some(Instant::now()),
@@ -306,6 +323,9 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
         }
     }
     let leader = state.next_waiter();
+    if leader.is_some() && !baton.reserved {
+        state.starved = true;
+    }
     if leader.is_none() {
         state.active = state.active.saturating_sub(1);
         if state.active == 0 {

@@ -6,6 +6,7 @@
 //! primitive: a hold knows its family and op, which say which script serves it.
 
 pub(crate) mod cohort;
+mod free;
 mod quorum;
 pub(crate) mod release;
 mod view;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+pub(crate) use free::FreeNames;
 pub use view::HoldView;
 
 use crate::backend::{Backend, Want};
@@ -61,6 +63,10 @@ pub(crate) struct Hold {
     ended: AtomicBool,
     /// Renewals count only once replicas acknowledged them (`None`: at once).
     pub(crate) durable: Option<Want>,
+    /// The string the grant left under the name's key, when the hold is all that is there in
+    /// that form (a plain mutex held once, no waiter marked): its release compares and deletes
+    /// it before any library loads, and falls back to reading the lock when it changed.
+    pub(crate) value: Option<String>,
     lost: watch::Sender<bool>,
     /// The local waiters this hold passes between (local hand-off): told when it is lost.
     cohort: std::sync::OnceLock<std::sync::Weak<cohort::Cohort>>,
@@ -93,6 +99,7 @@ impl Hold {
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             durable: None,
+            value: None,
             lost: watch::Sender::new(false),
             cohort: std::sync::OnceLock::new(),
         }
@@ -101,6 +108,12 @@ impl Hold {
     /// Renewals that count only once replicas acknowledged them as `want` says.
     pub(crate) fn durable(mut self, want: Option<Want>) -> Self {
         self.durable = want;
+        self
+    }
+
+    /// The string its grant left under the name's key (see [`Hold::value`]).
+    pub(crate) fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
         self
     }
 
@@ -170,6 +183,7 @@ struct TasksInner {
     backend: Arc<Backend>,
     watchdog: Arc<Watchdog>,
     releases: mpsc::UnboundedSender<Arc<Hold>>,
+    free: Arc<FreeNames>,
 }
 
 impl Drop for TasksInner {
@@ -181,17 +195,24 @@ impl Drop for TasksInner {
 impl Tasks {
     /// Starts the watchdog and the release queue on the current runtime.
     pub(crate) fn spawn(backend: Arc<Backend>) -> Self {
+        let free = Arc::new(FreeNames::default());
         let watchdog = Watchdog::spawn(Arc::clone(&backend));
-        let releases = release::spawn(Arc::clone(&backend));
+        let releases = release::spawn(Arc::clone(&backend), Arc::clone(&free));
         Self(Arc::new(TasksInner {
             backend,
             watchdog,
             releases,
+            free,
         }))
     }
 
     pub(crate) fn backend(&self) -> &Backend {
         &self.0.backend
+    }
+
+    /// The names this client last saw free.
+    pub(crate) fn free(&self) -> &FreeNames {
+        &self.0.free
     }
 }
 
@@ -379,7 +400,8 @@ impl Held {
             } => leader.map(|leader| (cohort, leader, bounded)),
         };
         let hold = self.lease.end();
-        let released = release::release(self.lease.tasks.backend(), &hold).await;
+        let tasks = &self.lease.tasks;
+        let released = release::release(tasks.backend(), tasks.free(), &hold).await;
         if let Some((cohort, leader, bounded)) = next {
             let turn = Turn::Lead {
                 release: None,

@@ -24,6 +24,8 @@ pub(super) async fn release(quorum: &Quorum, hold: &Hold) -> Result<()> {
         keys: &hold.keys,
         owner: &hold.owner,
         message: Some(&message),
+        // Each node's lock carries the token that node issued: no one string to compare.
+        expected: None,
     };
     let deadline = after(Instant::now(), quorum.node_timeout(hold.lease));
     let majority = quorum.majority();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::Hold;
+use super::{FreeNames, Hold};
 use crate::backend::{Backend, Request, Want};
 use crate::config::{FENCE_TTL, millis};
 use crate::error::{Error, Result};
@@ -14,18 +14,25 @@ use crate::protocol::{Family, mutex, queue};
 
 /// Starts the release queue: holds sent to it are released, each in a task of its own (a
 /// pool out of connections is waited for a little), until every sender is gone.
-pub(super) fn spawn(backend: Arc<Backend>) -> mpsc::UnboundedSender<Arc<Hold>> {
+pub(super) fn spawn(
+    backend: Arc<Backend>,
+    free: Arc<FreeNames>,
+) -> mpsc::UnboundedSender<Arc<Hold>> {
     let (releases, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(backend, rx));
+    tokio::spawn(run(backend, free, rx));
     releases
 }
 
-async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>) {
+async fn run(
+    backend: Arc<Backend>,
+    free: Arc<FreeNames>,
+    mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>,
+) {
     while let Some(hold) = jobs.recv().await {
-        let backend = Arc::clone(&backend);
+        let (backend, free) = (Arc::clone(&backend), Arc::clone(&free));
         tokio::spawn(async move {
             for attempt in 0..3u32 {
-                match release(&backend, &hold).await {
+                match release(&backend, &free, &hold).await {
                     Ok(_) => return,
                     Err(Error::Pool(err)) => {
                         tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
@@ -46,11 +53,16 @@ async fn run(backend: Arc<Backend>, mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>
 }
 
 /// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family:
-/// `true` when that freed a plain mutex and woke waiters that had found it busy.
-pub(crate) async fn release(backend: &Backend, hold: &Hold) -> Result<bool> {
+/// `true` when that freed a plain mutex and woke waiters that had found it busy. A release
+/// that told nobody leaves the name among those the client saw `free`; one that woke waiters
+/// (or failed) takes it out, so the next acquisition there begins with its script.
+pub(crate) async fn release(backend: &Backend, free: &FreeNames, hold: &Hold) -> Result<bool> {
     crate::timeline::hop("release.sent");
     let released = send_release(backend, hold).await;
     crate::timeline::hop("release.answered");
+    if matches!(released, Ok(true) | Err(_)) {
+        free.forget(&hold.keys.lock);
+    }
     released
 }
 
@@ -66,6 +78,7 @@ async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
                     keys: &hold.keys,
                     owner: &hold.owner,
                     message: None,
+                    expected: hold.value.as_deref(),
                 })
                 .await
         }

@@ -1,15 +1,105 @@
 //! The plain mutex's scripts: `mutex_acquire`, `mutex_release`, `mutex_extend`, and
 //! `mutex_confirm` (the second round of a Redlock acquisition's fencing; see `lua/README.md` for
-//! their contracts).
+//! their contracts); and [`Take`], the acquisition of a free lock in plain commands.
 
 use redis::Value;
 
-use super::reply::{Reply, statuses};
+use super::reply::{Reply, int, statuses};
 use super::scripts::{MUTEX_ACQUIRE, MUTEX_CONFIRM, MUTEX_EXTEND, MUTEX_RELEASE};
 use super::{Answer, Claim, MUTEX_LAYOUT, ms};
-use crate::backend::{By, Call, Request};
+use crate::backend::{By, Call, Commands, Request};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
+
+/// The string of a mutex held once by `owner` with fencing token `token`, marked `w` when a
+/// waiter found it busy (`mutex_value` of `lua/v1/mutex_lib.lua`).
+pub(crate) fn value(token: u64, waited: bool, owner: &str) -> String {
+    let wait = if waited { "w" } else { "-" };
+    format!("{MUTEX_LAYOUT} {token} 1 {wait} {owner}")
+}
+
+/// A fresh owner's acquisition of a free lock in one round trip of plain commands, as
+/// `mutex_acquire` begins it: `SET lock <value> NX PX <lease>` with the proposed token `token`,
+/// then `ZADD fence XX GT CH <token> ~`, which raises the fence key's last token to it only if
+/// it is higher, and answers 1 exactly then (and, for a block of tokens, `ZADD fence XX GT` to
+/// its last). The `XX` never makes the fence key or adds `~` to a sorted set that is not ours.
+#[derive(Debug)]
+pub(crate) struct Take<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) lease_ms: u64,
+    /// The proposed token: the client's estimate of the server clock in µs.
+    pub(crate) token: u64,
+    /// The grant is marked so that its release publishes (other waiters of this client).
+    pub(crate) waiters: bool,
+    /// How many fencing tokens it takes: `token` and the ones after it.
+    pub(crate) tokens: u32,
+}
+
+/// What a [`Take`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The lock is this owner's, with the proposed token, above every token issued.
+    Granted,
+    /// The lock is this owner's, but the fence key did not confirm the token (it stood at or
+    /// above it, is new, or is not a sorted set of ours): `mutex_acquire` with the same owner
+    /// (claim `new`) issues one, or refuses foreign data.
+    Unconfirmed,
+    /// The lock was not free (or not a lock of ours): `mutex_acquire` tells which.
+    Busy,
+}
+
+impl Commands for Take<'_> {
+    type Reply = Taken;
+
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SET")
+            .arg(&self.keys.lock)
+            .arg(value(self.token, self.waiters, self.owner))
+            .arg("NX")
+            .arg("PX")
+            .arg(self.lease_ms)
+            .cmd("ZADD")
+            .arg(&self.keys.fence)
+            .arg("XX")
+            .arg("GT")
+            .arg("CH")
+            .arg(self.token)
+            .arg("~");
+        if self.tokens > 1 {
+            pipe.cmd("ZADD")
+                .arg(&self.keys.fence)
+                .arg("XX")
+                .arg("GT")
+                .arg(self.token.saturating_add(u64::from(self.tokens - 1)))
+                .arg("~");
+        }
+        pipe
+    }
+
+    fn decode(&self, replies: Vec<Value>) -> Result<Taken> {
+        match replies.first() {
+            Some(Value::Okay) => {}
+            Some(Value::SimpleString(ok)) if ok == "OK" => {}
+            Some(Value::Nil) => return Ok(Taken::Busy),
+            Some(Value::ServerError(err)) => {
+                return Err(Error::Redis(redis::RedisError::from(err.clone())));
+            }
+            other => {
+                return Err(Error::Protocol {
+                    script: "mutex take (SET NX PX)",
+                    detail: format!("unexpected reply {other:?}"),
+                });
+            }
+        }
+        Ok(match replies.get(1).and_then(int) {
+            Some(1) => Taken::Granted,
+            _ => Taken::Unconfirmed,
+        })
+    }
+}
 
 /// One acquisition attempt for `owner`.
 #[derive(Debug)]
@@ -81,6 +171,9 @@ pub(crate) struct Release<'a> {
     /// What to publish when the lock becomes free, instead of `1` (a Redlock release's
     /// `1@<release id>`, the same on every node).
     pub(crate) message: Option<&'a str>,
+    /// The lock's string as the grant left it ([`value`]): when Redis holds exactly that, the
+    /// release is a compare-and-delete before the mutex library loads.
+    pub(crate) expected: Option<&'a str>,
 }
 
 impl Request for Release<'_> {
@@ -90,9 +183,10 @@ impl Request for Release<'_> {
         let mut call = MUTEX_RELEASE.call(by, 1);
         call.key(&self.keys.lock)
             .arg(self.owner)
-            .arg(&self.keys.wake);
-        if let Some(message) = self.message {
-            call.arg(message);
+            .arg(&self.keys.wake)
+            .arg(self.message.unwrap_or("1"));
+        if let Some(expected) = self.expected {
+            call.arg(expected);
         }
         call
     }

@@ -58,7 +58,12 @@ script!(
     "mutex_lib.lua",
     "mutex_acquire.lua"
 );
-script!(once MUTEX_RELEASE, "mutex_lib.lua", "mutex_release.lua");
+script!(
+    once MUTEX_RELEASE,
+    "mutex_release_fast.lua",
+    "mutex_lib.lua",
+    "mutex_release.lua"
+);
 script!(MUTEX_EXTEND, "mutex_lib.lua", "mutex_extend.lua");
 script!(
     MUTEX_CONFIRM,
@@ -129,13 +134,13 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "495d2d4d5c4ada22058702701b18e0908313f371",
-                "5b97ffe722237ece00819e6b35edeac40d89573e",
+                "63e8575ec68f35fedce476b2b71b025a0d8b455c",
+                "ae2e94e28602c0c034bec4f0f9867cf767992120",
             ),
             (
                 &*MUTEX_RELEASE,
-                "8e0ff2503c6f7fc387beaa64f405c9f6f6117934",
-                "0647c7abd2d0d43e71dff9e60c28e6a93287c8b3",
+                "65f04557e171186f43f3c00a80cc0b48344420b9",
+                "41e5fa4e853c9ea048d88d4b58e37b54e7c13754",
             ),
             (
                 &*MUTEX_EXTEND,
