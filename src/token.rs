@@ -56,7 +56,8 @@ impl OwnerToken {
     }
 
     pub(crate) fn as_field(&self) -> String {
-        self.0.simple().to_string()
+        let mut buf = [0u8; uuid::fmt::Simple::LENGTH];
+        self.0.simple().encode_lower(&mut buf).to_owned()
     }
 }
 

@@ -291,10 +291,9 @@ impl QueueScript {
 /// `tasks` tasks on distinct names sharing one multiplexed connection (from a pool of its own,
 /// not the library's), with no library logic at all: the acquire of a free lock in one round
 /// trip of plain commands (`SET NX PX` of the lock, `ZADD XX GT CH` of the fence key to the
-/// proposed token and `ZADD XX GT` to the end of the block of tokens the library takes for
-/// local hand-off), then `mutex_release` by `EVALSHA` with the string the grant wrote, which
-/// its fast path compares and deletes. Each name is taken once by `mutex_acquire` first (its
-/// fence key made).
+/// proposed token, above the last one the task issued), then `mutex_release` by `EVALSHA` with
+/// the string the grant wrote, which its fast path compares and deletes. Each name is taken
+/// once by `mutex_acquire` first (its fence key made).
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
     let mut conn = deadpool_redis::Connection::take(pool.get().await?);
@@ -319,10 +318,10 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
         let last = Arc::clone(&last);
         Box::pin(async move {
             let owner = uuid::Uuid::new_v4().simple().to_string();
-            let token = floor().max(last[task].load(Ordering::Relaxed) + 65);
-            last[task].store(token + 64, Ordering::Relaxed);
+            let token = floor().max(last[task].load(Ordering::Relaxed) + 1);
+            last[task].store(token, Ordering::Relaxed);
             let value = format!("mutex:2 {token} 1 - {owner}");
-            let (set, confirmed, _): (Option<String>, i64, i64) = redis::pipe()
+            let (set, confirmed): (Option<String>, i64) = redis::pipe()
                 .cmd("SET")
                 .arg(&lock)
                 .arg(&value)
@@ -335,12 +334,6 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
                 .arg("GT")
                 .arg("CH")
                 .arg(token)
-                .arg("~")
-                .cmd("ZADD")
-                .arg(format!("{lock}:fence"))
-                .arg("XX")
-                .arg("GT")
-                .arg(token + 64)
                 .arg("~")
                 .query_async(&mut conn)
                 .await?;

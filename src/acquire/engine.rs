@@ -393,7 +393,6 @@ impl Engine {
         let free = self.core.tasks.free();
         // The string a grant leaves when no waiter of this client marked it: its release
         // compares and deletes it.
-        let value = |fence| (!waiters).then(|| mutex::value(fence, false, &owner));
         // The last token of the block a grant takes.
         let last = |fence: u64| fence.saturating_add(u64::from(ask.tokens.saturating_sub(1)));
         // Above the last token this client issued there, which may be ahead of the clock by
@@ -402,12 +401,12 @@ impl Engine {
             .zip(self.seen_free(ask))
             .map(|(f, l)| f.max(l.saturating_add(1)));
         if let Some(token) = proposal {
+            let value = mutex::value(token, waiters, &owner);
             let take = mutex::Take {
                 keys: &self.keys,
-                owner: &owner,
+                value: &value,
                 lease_ms,
                 token,
-                waiters,
                 tokens: ask.tokens,
             };
             let sent_at = Instant::now();
@@ -418,7 +417,7 @@ impl Engine {
                 }
                 Some(Ok(mutex::Taken::Granted)) => {
                     free.note(&self.keys.lock, last(token));
-                    let held = self.held(ask, owner.clone(), token, sent_at, value(token));
+                    let held = self.held(ask, owner, token, sent_at, (!waiters).then_some(value));
                     return Ok(Attempt::Acquired(held));
                 }
                 Some(Ok(mutex::Taken::Busy)) => free.forget(&self.keys.lock),
@@ -460,7 +459,8 @@ impl Engine {
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, .. } => {
-                let held = self.held(ask, owner.clone(), fence, sent_at, value(fence));
+                let value = (!waiters).then(|| mutex::value(fence, false, &owner));
+                let held = self.held(ask, owner, fence, sent_at, value);
                 Attempt::Acquired(Self::replicated(held, acks)?)
             }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),

@@ -61,6 +61,9 @@ pub(crate) struct Hold {
     handed: AtomicBool,
     /// Its guard let it go (released, or handed to the release queue).
     ended: AtomicBool,
+    /// The watchdog task took it into its schedule (a hold let go before the task saw it never
+    /// enters it, and needs no word to leave it).
+    watched: AtomicBool,
     /// Renewals count only once replicas acknowledged them (`None`: at once).
     pub(crate) durable: Option<Want>,
     /// The string the grant left under the name's key, when the hold is all that is there in
@@ -98,6 +101,7 @@ impl Hold {
             expires_at: StdMutex::new(after(sent_at, drift.validity(lease))),
             handed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
             durable: None,
             value: None,
             lost: watch::Sender::new(false),
@@ -140,7 +144,17 @@ impl Hold {
 
     /// Its guard let it go: it is being released, or is released.
     pub(crate) fn is_ended(&self) -> bool {
-        self.ended.load(Ordering::Relaxed)
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Its guard lets it go: the watchdog stops watching it.
+    fn end(&self, watchdog: &Watchdog) {
+        self.ended.store(true, Ordering::SeqCst);
+        // Either the task sees `ended` after taking the hold in (and drops it), or this sees
+        // `watched` (and tells it): with both orders sequentially consistent, never neither.
+        if self.watched.load(Ordering::SeqCst) {
+            watchdog.forget(self.id);
+        }
     }
 
     /// A release handed this hold over.
@@ -259,8 +273,7 @@ impl Lease {
     /// As [`disarm`](Self::disarm), in place.
     fn end(&mut self) -> Arc<Hold> {
         self.armed = false;
-        self.hold.ended.store(true, Ordering::Relaxed);
-        self.tasks.0.watchdog.forget(self.hold.id);
+        self.hold.end(&self.tasks.0.watchdog);
         Arc::clone(&self.hold)
     }
 }
@@ -268,8 +281,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
-            self.hold.ended.store(true, Ordering::Relaxed);
-            self.tasks.0.watchdog.forget(self.hold.id);
+            self.hold.end(&self.tasks.0.watchdog);
             if !self.hold.is_lost() {
                 // If the release queue is gone the client is shutting down; the lease then
                 // simply runs out.

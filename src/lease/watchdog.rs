@@ -208,9 +208,18 @@ async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
         let commands = std::mem::take(&mut *dog.inbox());
         for command in commands {
             match command {
+                // A hold let go before the task saw it never enters the schedule (most short
+                // holds: their guard sends no word then).
+                Command::Watch(hold, _) if hold.is_ended() => {}
                 Command::Watch(hold, due) => {
                     let renewing = renewing(&hold);
+                    let id = hold.id;
+                    let watched = Arc::clone(&hold);
                     schedule.set(hold, due, renewing);
+                    watched.watched.store(true, Ordering::SeqCst);
+                    if watched.is_ended() {
+                        schedule.entries.remove(&id);
+                    }
                 }
                 Command::Forget(id) => {
                     schedule.entries.remove(&id);

@@ -14,8 +14,15 @@ use crate::key::LockKeys;
 /// The string of a mutex held once by `owner` with fencing token `token`, marked `w` when a
 /// waiter found it busy (`mutex_value` of `lua/v1/mutex_lib.lua`).
 pub(crate) fn value(token: u64, waited: bool, owner: &str) -> String {
-    let wait = if waited { "w" } else { "-" };
-    format!("{MUTEX_LAYOUT} {token} 1 {wait} {owner}")
+    let mut digits = itoa::Buffer::new();
+    let token = digits.format(token);
+    let mut value = String::with_capacity(MUTEX_LAYOUT.len() + token.len() + owner.len() + 6);
+    value.push_str(MUTEX_LAYOUT);
+    value.push(' ');
+    value.push_str(token);
+    value.push_str(if waited { " 1 w " } else { " 1 - " });
+    value.push_str(owner);
+    value
 }
 
 /// A fresh owner's acquisition of a free lock in one round trip of plain commands, as
@@ -26,12 +33,11 @@ pub(crate) fn value(token: u64, waited: bool, owner: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct Take<'a> {
     pub(crate) keys: &'a LockKeys,
-    pub(crate) owner: &'a str,
+    /// The lock's string: [`value`] of the proposed token, the owner and the waiters' mark.
+    pub(crate) value: &'a str,
     pub(crate) lease_ms: u64,
     /// The proposed token: the client's estimate of the server clock in µs.
     pub(crate) token: u64,
-    /// The grant is marked so that its release publishes (other waiters of this client).
-    pub(crate) waiters: bool,
     /// How many fencing tokens it takes: `token` and the ones after it.
     pub(crate) tokens: u32,
 }
@@ -53,28 +59,30 @@ impl Commands for Take<'_> {
     type Reply = Taken;
 
     fn pipeline(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
+        let (lock, fence) = (&self.keys.lock, &self.keys.fence);
+        let mut pipe = redis::Pipeline::with_capacity(3);
         pipe.ignore_errors();
-        pipe.cmd("SET")
-            .arg(&self.keys.lock)
-            .arg(value(self.token, self.waiters, self.owner))
+        let mut set = redis::Cmd::with_capacity(6, 40 + lock.len() + self.value.len());
+        set.arg("SET")
+            .arg(lock)
+            .arg(self.value)
             .arg("NX")
             .arg("PX")
-            .arg(self.lease_ms)
-            .cmd("ZADD")
-            .arg(&self.keys.fence)
-            .arg("XX")
-            .arg("GT")
-            .arg("CH")
-            .arg(self.token)
-            .arg("~");
+            .arg(self.lease_ms);
+        pipe.add_command(set);
+        let zadd = |score: u64, check: bool| {
+            let mut zadd = redis::Cmd::with_capacity(7, 48 + fence.len());
+            zadd.arg("ZADD").arg(fence).arg("XX").arg("GT");
+            if check {
+                zadd.arg("CH");
+            }
+            zadd.arg(score).arg("~");
+            zadd
+        };
+        pipe.add_command(zadd(self.token, true));
         if self.tokens > 1 {
-            pipe.cmd("ZADD")
-                .arg(&self.keys.fence)
-                .arg("XX")
-                .arg("GT")
-                .arg(self.token.saturating_add(u64::from(self.tokens - 1)))
-                .arg("~");
+            let last = self.token.saturating_add(u64::from(self.tokens - 1));
+            pipe.add_command(zadd(last, false));
         }
         pipe
     }
