@@ -301,9 +301,11 @@ async fn a_retried_acquire_returns_the_hold_it_got_and_adds_nothing() {
             .arg(format!("{key}:wake"))
             .arg("new")
             .arg("testclient");
-        let first: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
-        let again: (i64, String, i64) = call.invoke_async(&mut conn).await.unwrap();
-        assert_eq!(first, again);
+        // Asked again, the permit is found (not taken twice), with a new token.
+        let first: (i64, u64, i64, u64) = call.invoke_async(&mut conn).await.unwrap();
+        let again: (i64, u64, i64, u64) = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!((first.0, first.2), (again.0, again.2));
+        assert!(again.1 > first.1, "{} then {}", first.1, again.1);
         assert_eq!(first.2, 2);
         let sem = client.semaphore("retry", 3).unwrap();
         assert_eq!(sem.available_permits().await.unwrap(), 1);
@@ -372,16 +374,20 @@ async fn a_handed_over_hold_is_found_again_or_given_back() {
             matches!(&queued, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0)))
         );
         holder.unlock().await.unwrap();
-        // The release gave it the lock; its next attempt finds that hold, unchanged.
+        // The release gave it the lock; its next attempt (a fresh claim) finds that hold, still
+        // held once, with a new token above every one issued.
         let snapshot = client.inspect("handed").await.unwrap();
         assert_eq!(snapshot.holders.len(), 1);
         assert_eq!(snapshot.holders[0].id, &owner[..8]);
         assert!(snapshot.waiters.is_empty());
         let fence = snapshot.last_fencing_token.unwrap();
         let again = raw_queue_acquire(&redis, &mut conn, "handed", &owner, "new").await;
-        let (status, token, holds): (i64, u64, i64) =
+        let (status, token, holds, _clock): (i64, u64, i64, u64) =
             redis::FromRedisValue::from_redis_value(again).unwrap();
-        assert_eq!((status, token, holds), (1, fence, 1));
+        assert_eq!((status, holds), (1, 1));
+        assert!(token > fence, "{fence} then {token}");
+        let snapshot = client.inspect("handed").await.unwrap();
+        assert_eq!(snapshot.last_fencing_token, Some(token));
 
         // Queued behind it, a waiter that gives up just as the lock is handed to it: leaving
         // with `Q` gives the hold back and passes it on.

@@ -73,6 +73,7 @@ pub const LUA: &[&str] = &[
     MUTEX_LIB,
     CALLS_LIB,
     include_str!("../../lua/v1/mutex_release_fast.lua"),
+    include_str!("../../lua/v1/queue_release_thin.lua"),
 ];
 
 /// Runs `tasks` loops of `cycle(task)` for `phase`; returns cycles per second. Only cycles
@@ -185,7 +186,10 @@ static QUEUE_SCRIPTS: std::sync::LazyLock<[redis::Script; 6]> = std::sync::LazyL
     let (acquire_fast, acquire, release_fast, release) = (LUA[5], LUA[6], LUA[7], LUA[8]);
     [
         format!("{PLAIN}{CALLS_LIB}{keys}{acquire_fast}{queue}{acquire}"),
-        format!("{PLAIN}{CALLS_LIB}{keys}{release_fast}{queue}{release}"),
+        format!(
+            "{PLAIN}{}{CALLS_LIB}{keys}{release_fast}{queue}{release}",
+            LUA[16]
+        ),
         format!("{PLAIN}{CALLS_LIB}{keys}{queue}{acquire}"),
         format!("{PLAIN}{CALLS_LIB}{keys}{queue}{release}"),
         format!("{PLAIN}{CALLS_LIB}{keys}{acquire_fast}"),

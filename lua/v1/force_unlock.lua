@@ -1,6 +1,6 @@
 -- name:    force_unlock
--- layout:  1 (removes "mutex:2", "fair:1", "semaphore:1", "rwlock:1" and "election:1"; refuses
---          anything else)
+-- layout:  1 (removes "mutex:2", "fair:1", "semaphore:1", "rwlock:1" and "election:1", the thin
+--          form too (queue_lib); refuses anything else)
 -- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
@@ -25,6 +25,14 @@ end
 local kind = redis.call('TYPE', m)['ok']
 if kind == 'none' then return others() or {'', 0, 0} end
 if kind == 'string' then
+  -- A queued primitive's thin hold (queue_lib): one holder, nobody waiting to tell.
+  local one = thin_read(redis.call('GET', m))
+  if one then
+    local bad = others()
+    if bad then return bad end
+    redis.call('DEL', m)
+    return {one.layout, 1, 0}
+  end
   local _, bad = mutex_read(m, 1)
   if bad then return bad end
   redis.call('DEL', m)

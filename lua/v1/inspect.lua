@@ -1,6 +1,6 @@
 -- name:    inspect
 -- layout:  1 (reads "mutex:2" and the queued layouts ("fair:1", "semaphore:1", "rwlock:1",
---          "election:1"); writes nothing)
+--          "election:1"), their thin form too (queue_lib); writes nothing)
 -- KEYS[1]: the mutex (mutex_lib) or the meta hash <prefix>:{<name>}
 -- KEYS[2]: holders    <prefix>:{<name>}:holders
 -- KEYS[3]: queue      <prefix>:{<name>}:queue
@@ -29,6 +29,19 @@ if kind == 'none' then
   return {'', 0, 0, last, {}, {}}
 end
 if kind == 'string' then
+  -- A queued primitive's thin hold (queue_lib): one holder, nobody waiting.
+  local one = thin_read(redis.call('GET', m))
+  if one then
+    for j, k in ipairs({h, q}) do
+      bad = foreign(k, j + 1)
+      if bad then return bad end
+    end
+    local exclusive = one.op == 'x' or one.op == 'w'
+    if one.op ~= 'r' and tonumber(one.token) > tonumber(last) then last = one.token end
+    local shared = exclusive and 0 or one.units
+    return {one.layout, shared, one.cap, last,
+            {one.owner, exclusive and 1 or 0, shared, redis.call('PTTL', m)}, {}}
+  end
   local held, bad = mutex_read(m, 1)
   if bad then return bad end
   if tonumber(held.token) > tonumber(last) then last = held.token end

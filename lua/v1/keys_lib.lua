@@ -1,7 +1,8 @@
 -- name:    keys_lib
 -- layout:  1
--- Prepended to the queue_*, inspect and force_unlock scripts: tells redlatch's own keys from
--- data it did not write, which every script refuses and leaves exactly as it is.
+-- Prepended to the queue_*, mutex_acquire, mutex_confirm, inspect and force_unlock scripts:
+-- tells redlatch's own keys from data it did not write, which every script refuses and leaves
+-- exactly as it is.
 -- KEYS[]:  none (the function takes its key as a parameter)
 -- ARGV[]:  none
 -- returns: nothing (a library)
@@ -52,6 +53,17 @@ local function fence_raise(key, token, ttl)
     added = redis.call('ZADD', key, 'GT', token, '~')
   end
   if added == 1 then redis.call('PEXPIRE', key, ttl) end
+end
+
+-- A queued primitive's single hold, kept as one string under the meta key while nobody else
+-- holds or waits (queue_lib's thin form): `<layout> <op> <units> <cap> <token> <owner>`, its
+-- TTL the lease. The fields of the string `v`, or nil when it is not of that form.
+local function thin_read(v)
+  local layout, op, units, cap, token, owner =
+    string.match(v, '^(%l+:%d+) ([xwrs]) (%d+) (%d+) (%d+) (%S+)$')
+  if not layout then return nil end
+  return {layout = layout, op = op, units = tonumber(units), cap = tonumber(cap), token = token,
+          owner = owner}
 end
 
 -- ==== end of keys_lib ====

@@ -16,13 +16,15 @@
 -- ARGV[8]: lifetime of the fence key in milliseconds
 -- ARGV[9]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[10]: claim: new (a token made for this call: if it already holds, an earlier attempt's
---           answer was lost, and that hold is returned, its lease made the full lease from now),
+--           answer was lost, and that hold is returned with a new token, its lease made the
+--           full lease from now),
 --           queued (the same, for a waiter that queued earlier: it keeps its place), as (join
 --           the owner's holds, or acquire) or again (re-entry only: add a hold only if the owner
 --           holds)
 -- ARGV[11]: client id (the waiter's member starts with it; see queue_lib)
--- returns: {1, fence, holds}  acquired; fence is 0 for read holds; holds is the owner's hold
---                             count of this op after the call (the permits for s)
+-- returns: {1, fence, holds, now}  acquired; fence is 0 for read holds; holds is the owner's
+--                             hold count of this op after the call (the permits for s); now, the
+--                             server clock in µs
 --          {0, wait, ticket}  not now: ticket is that of the owner's place in the queue (0 for a
 --                             try, ARGV[7] = 0: not queued), and nothing changes without a
 --                             wake-up message for `wait` ms (until the earliest lease end, or a
@@ -37,7 +39,8 @@ local lease, grace, channel, claim = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[
 local client = ARGV[11]
 
 local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', '~fence',
-                                   '~seq', '~writer', 'h:' .. owner})
+                                   '~seq', '~writer', 'h:' .. owner},
+                   claim == 'new' and owner or nil)
 if not s then return err end
 s.ttl, s.cap, s.channel = ARGV[8], cap, channel
 if not s.exists then
@@ -48,6 +51,11 @@ end
 
 local clock = redis.call('TIME')
 local now = now_ms(clock)
+-- A grant's reply, with the server clock in µs (the client's estimate of it starts from there).
+local function granted(reply)
+  reply[4] = string.format('%d', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+  return finish(s, reply)
+end
 local place = member(client, owner, op, ARGV[4], ARGV[6], ARGV[7])
 -- A waiter that asks again (it missed its message, or its timer ran out) may have been handed
 -- the lock already, or be at a head that could go: whatever ran out or fits goes first.
@@ -66,15 +74,30 @@ local reads, fence = shares(s, owner)
 -- came first. Return that hold, its lease made the full lease from now (the owner counts it
 -- from this call). A queued waiter whose place is still in the queue was handed nothing: if
 -- its (carried) owner holds, that is another wait's hold, and it re-enters below.
+-- A `new` claim's hold gets a new token: the client may not have seen its token confirmed (a
+-- hold taken in plain commands whose fence key did not confirm it, and then asked for again).
 if claim == 'new' or (claim == 'queued' and not queued) then
+  local renew = claim == 'new' and op ~= 'r'
   if (op == 'x' or op == 'w') and writer == owner then
     answered(s, owner, now + lease)
-    return finish(s, {1, get(s, '~wfence'), num(s, '~wholds')})
+    if renew then
+      local token = mint(s, clock)
+      if token == nil then return finish(s, {-1, redis.call('TYPE', s.f)['ok'], 4}) end
+      put(s, '~wfence', token)
+    end
+    return granted({1, get(s, '~wfence'), num(s, '~wholds')})
   end
   if (op == 'r' or op == 's') and reads then
     answered(s, owner, now + lease)
+    if renew then
+      local token = mint(s, clock)
+      if token == nil then return finish(s, {-1, redis.call('TYPE', s.f)['ok'], 4}) end
+      local _, _, c = shares(s, owner)
+      put(s, 'h:' .. owner, reads .. '/' .. token .. '/' .. c)
+      fence = token
+    end
     if fence == '' then fence = 0 end
-    return finish(s, {1, fence, reads})
+    return granted({1, fence, reads})
   end
 end
 
@@ -90,12 +113,12 @@ if (op == 'x' or op == 'w') and writer == owner then
     put(s, '~wexp', now + lease)
     deadline(s, now + lease)
   end
-  return finish(s, {1, get(s, '~wfence'), holds})
+  return granted({1, get(s, '~wfence'), holds})
 end
 if op == 'r' and (reads or writer == owner) then
   reenter()
   share(s, owner, 1, now + lease, '', nil)
-  return finish(s, {1, 0, (reads or 0) + 1})
+  return granted({1, 0, (reads or 0) + 1})
 end
 if op == 'w' and reads then return finish(s, {-4}) end
 if claim == 'again' then return finish(s, {0, -1, 0}) end
@@ -109,7 +132,7 @@ if not queued and fits(s, {op = op, n = units})
     token = mint(s, clock)
     if token == nil then return finish(s, {-1, redis.call('TYPE', s.f)['ok'], 4}) end
   end
-  return finish(s, {1, take(s, owner, op, units, now + lease, token, ''), units})
+  return granted({1, take(s, owner, op, units, now + lease, token, ''), units})
 end
 
 if grace > 0 and not queued then

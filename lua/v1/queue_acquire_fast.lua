@@ -54,7 +54,7 @@ do
                    '~exp', at, '~used', 0, '~writer', owner, '~wholds', 1, '~wfence', token,
                    '~wexp', ends)
         redis.call('PEXPIREAT', KEYS[1], at)
-        return {1, token, 1}
+        return {1, token, 1, string.format('%d', stamp)}
       end
       local fence = token
       if op == 'r' then
@@ -65,7 +65,7 @@ do
       redis.call('HSET', KEYS[1], '~layout', ARGV[1], '~cap', cap or 0, '~next', ends,
                  '~exp', at, '~used', units, 'h:' .. owner, units .. '/' .. fence .. '/')
       redis.call('PEXPIREAT', KEYS[1], at)
-      return {1, token, units}
+      return {1, token, units, string.format('%d', stamp)}
     end
   elseif ARGV[10] == 'new' and units and cap then
     -- A fresh owner that finds the name held against it queues, or joins the shared holders
@@ -123,7 +123,8 @@ do
               if waiting == 1 then redis.call('PEXPIREAT', KEYS[3], at) end
             end
             redis.call('HSET', KEYS[1], unpack(fields))
-            return {1, token, n}
+            return {1, token, n,
+                    string.format('%d', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))}
           end
         end
       end

@@ -70,20 +70,70 @@ local function drop(s, f)
   s.wrote = true
 end
 
+-- The thin form. A fresh acquisition of an idle name made in plain commands by the client
+-- (`SET <meta key> <string> NX PX <lease>`, and for a token `ZADD fence XX GT CH`: see
+-- src/protocol/queue.rs, `Take`) leaves one string under the meta key, keys_lib's thin_read:
+-- the hold of one owner, nobody else holding or waiting, its lease the key's TTL. It is
+-- released by a compare-and-delete (queue_release_thin) and renewed by PEXPIRE
+-- (queue_extend). Anything else that meets it (a second owner, a re-entry, a waiter's retry)
+-- first turns it into the state it stands for (`inflate`), which every other function reads.
+
+-- Turns the thin hold `one` under the meta key into the state it stands for: the exclusive
+-- holder's fields, or a shared holder in the holders set, with its lease's end from the key's
+-- TTL (the fence key holds its token, so no `~fence`). The other keys must be absent or ours,
+-- and the fence key ours; if not, nothing changes (a hold of `mine`, the caller's fresh owner,
+-- is given back) and the error reply is returned.
+local function inflate(s, one, mine)
+  local bad
+  for j, k in ipairs({s.h, s.q}) do
+    bad = bad or foreign(k, s.i + j)
+  end
+  if not bad and s.f then bad = fence_last(s.f, s.i + 3, true) end
+  if bad then
+    if one.owner == mine then redis.call('DEL', s.m) end
+    return bad
+  end
+  local ends = now_ms(redis.call('TIME')) + math.max(redis.call('PTTL', s.m), 1)
+  local at = (math.floor(ends / 1000) + 1) * 1000
+  -- A sorted set left without the meta hash that described it means nothing.
+  redis.call('DEL', s.m, s.h, s.q)
+  if one.op == 'x' or one.op == 'w' then
+    redis.call('HSET', s.m, '~layout', one.layout, '~cap', one.cap, '~next', ends, '~exp', at,
+               '~used', 0, '~writer', one.owner, '~wholds', 1, '~wfence', one.token,
+               '~wexp', ends)
+  else
+    local fence = one.op == 'r' and '' or one.token
+    redis.call('ZADD', s.h, ends, one.owner, '+inf', '~')
+    redis.call('PEXPIREAT', s.h, at)
+    redis.call('HSET', s.m, '~layout', one.layout, '~cap', one.cap, '~next', ends, '~exp', at,
+               '~used', one.units, 'h:' .. one.owner, one.units .. '/' .. fence .. '/')
+  end
+  redis.call('PEXPIREAT', s.m, at)
+end
+
 -- Reads the meta fields a script needs (`names`, which include ~layout, ~next and ~exp; any
 -- other field is read when first asked for) into a new state table for keys {m, h, q[, f]} of
--- `layout`, in one call. Returns the state, or nil and an error reply when the keys hold
--- foreign data (nothing is written then).
-local function open(keys, layout, names)
+-- `layout`, in one call; a thin hold is turned into its state first (a hold of `mine`, the
+-- caller's fresh owner, given back if it cannot be). Returns the state, or nil and an error
+-- reply when the keys hold foreign data (nothing is written then).
+local function open(keys, layout, names, mine)
   local s = {m = keys[1], h = keys[2], q = keys[3], f = keys[4], i = keys.i or 1,
              layout = layout, v = {}, set = {}, del = {}, hrem = {}, fresh = {}, top = 0}
   local r = redis.pcall('HMGET', s.m, unpack(names))
   if r.err then
     local kind = redis.call('TYPE', s.m)['ok']
-    -- A plain mutex holds the name (mutex_lib): another layout, not foreign data.
-    local mutex = kind == 'string' and string.match(redis.call('GET', s.m), '^(mutex:%d+) ')
-    if mutex then return nil, {-2, mutex} end
-    return nil, {-1, kind, s.i}
+    local v = kind == 'string' and redis.call('GET', s.m)
+    local one = v and thin_read(v)
+    if not one then
+      -- A plain mutex holds the name (mutex_lib): another layout, not foreign data.
+      local mutex = v and string.match(v, '^(mutex:%d+) ')
+      if mutex then return nil, {-2, mutex} end
+      return nil, {-1, kind, s.i}
+    end
+    if one.layout ~= layout then return nil, {-2, one.layout} end
+    local bad = inflate(s, one, mine)
+    if bad then return nil, bad end
+    r = redis.call('HMGET', s.m, unpack(names))
   end
   for j, f in ipairs(names) do s.v[f] = r[j] end
   local found = s.v['~layout']
@@ -383,6 +433,7 @@ local function finish(s, reply)
     local fence = get(s, '~fence')
     if fence then fence_raise(s.f, fence, s.ttl) end
     redis.call('DEL', s.m, s.h, s.q)
+    s.idle = true
     return reply
   end
   if next(s.hrem) ~= nil then

@@ -14,12 +14,14 @@
 -- ARGV[3]: owner token; for q and Q the waiter's queue member (see queue_lib)
 -- ARGV[4]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[5]: lifetime of the fence key in milliseconds
+-- ARGV[6]: optional, the thin form's string as the releaser's grant wrote it: when the meta key
+--          is exactly that, queue_release_thin has deleted it before this script runs
 -- Whatever the call frees is handed over at once: every waiter that becomes grantable gets its
 -- hold in this script and is told on the channel (`owner:fence:ms`, space-separated; see
 -- handoff in queue_lib; `client/owner:fence:ms`).
 -- returns: {1, holds}      one hold released; the owner still holds `holds` of this op
---          {2}             the owner's last hold of this op released (for Q: the hold a
---                          hand-over gave it)
+--          {2, idle}       the owner's last hold of this op released (for Q: the hold a
+--                          hand-over gave it); idle is 1 when nobody holds or waits now
 --          {3}             the waiter left the queue
 --          {0}             not held (or not queued) by this owner: nothing changed
 --          {-1, type, i}   KEYS[i] holds foreign data of that Redis type
@@ -97,4 +99,6 @@ elseif writer == owner then
 end
 -- Only a last hold, a waiter leaving or a purge can let anyone through.
 if out[1] >= 2 or purged > 0 then handoff(s, channel, now, clock) end
-return finish(s, out)
+local reply = finish(s, out)
+if reply[1] == 2 and s.idle then reply[2] = 1 end
+return reply

@@ -111,7 +111,7 @@ do
           -- would make it).
           if m[6] then fence_raise(KEYS[4], m[6], ARGV[5]) end
           redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-          return {2}
+          return {2, 1}
         elseif goes == 'none' and left > 0 then
           if waiting then redis.call('ZADD', KEYS[3], head[2], w) end
           redis.call('HSET', KEYS[1], '~used', left)

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Lease};
 use crate::meter;
+use crate::protocol::take::{Fence, Take, Taken};
 use crate::protocol::{Answer, Claim, Family, Op, mutex};
 use crate::time::after;
 use crate::token::OwnerToken;
@@ -381,56 +382,33 @@ impl Engine {
     }
 
     /// One attempt at a plain mutex on one server or a cluster. A fresh owner's attempt at a
-    /// name this client last saw free is first made in plain commands (`Take`: one round trip,
-    /// no script); if the lock was not free, or the fence key did not confirm the proposed
-    /// token, `mutex_acquire` runs as for any attempt (with the same owner, whose hold it then
-    /// finds and issues a new token). What an attempt finds is noted for the next one.
+    /// name this client last saw free is first made in plain commands ([`Engine::take`]); if
+    /// the lock was not free, or the fence key did not confirm the proposed token,
+    /// `mutex_acquire` runs as for any attempt (with the same owner, whose hold it then finds
+    /// and issues a new token). What an attempt finds is noted for the next one.
     async fn run_mutex(&self, ask: Ask) -> Result<Attempt<Held>> {
         let owner = ask.owner.as_field();
-        let lease_ms = lease_ms(self.lease)?;
         let floor = self.core.backend.clock().now();
         let waiters = self.core.notifier.has_waiters(&self.keys.wake);
         let free = self.core.tasks.free();
-        // The string a grant leaves when no waiter of this client marked it: its release
-        // compares and deletes it.
         // The last token of the block a grant takes.
         let last = |fence: u64| fence.saturating_add(u64::from(ask.tokens.saturating_sub(1)));
-        // Above the last token this client issued there, which may be ahead of the clock by
-        // the block it took for local hand-off.
-        let proposal = floor
-            .zip(self.seen_free(ask))
-            .map(|(f, l)| f.max(l.saturating_add(1)));
-        if let Some(token) = proposal {
+        if let Some(token) = self.proposal(ask, floor) {
+            // The string a grant leaves when no waiter of this client marked it is what its
+            // release compares and deletes.
             let value = mutex::value(token, waiters, &owner);
-            let take = mutex::Take {
-                keys: &self.keys,
-                value: &value,
-                lease_ms,
+            let fence = Fence::Token {
                 token,
-                tokens: ask.tokens,
+                last: last(token),
             };
-            let sent_at = Instant::now();
-            match self.core.backend.run_commands(&take).await {
-                None | Some(Ok(mutex::Taken::Unconfirmed)) => {}
-                Some(Ok(mutex::Taken::Granted)) if self.too_late(sent_at) => {
-                    return Err(late_answer());
-                }
-                Some(Ok(mutex::Taken::Granted)) => {
-                    free.note(&self.keys.lock, last(token));
-                    let held = self.held(ask, owner, token, sent_at, (!waiters).then_some(value));
-                    return Ok(Attempt::Acquired(held));
-                }
-                Some(Ok(mutex::Taken::Busy)) => free.forget(&self.keys.lock),
-                Some(Err(err)) => {
-                    free.forget(&self.keys.lock);
-                    return Err(err);
-                }
+            if let Some(taken) = self.take(ask, &owner, value, !waiters, fence).await {
+                return taken;
             }
         }
         let request = mutex::Acquire {
             keys: &self.keys,
             owner: &owner,
-            lease_ms,
+            lease_ms: lease_ms(self.lease)?,
             fence_ttl_ms: millis(FENCE_TTL),
             claim: ask.claim,
             floor: floor.unwrap_or(0),
@@ -441,7 +419,7 @@ impl Engine {
         let (answer, acks) = self
             .send(&request)
             .await
-            .inspect_err(|_| free.forget(&self.keys.lock))?;
+            .inspect_err(|_| free.taken(&self.keys.lock))?;
         if let Answer::Granted {
             clock: Some(us), ..
         } = answer
@@ -451,10 +429,10 @@ impl Engine {
         // A fresh owner's grant found nobody else holding; a busy answer, another holder.
         match answer {
             Answer::Granted { fence, .. } if ask.claim.is_fresh() => {
-                free.note(&self.keys.lock, last(fence));
+                free.granted(&self.keys.lock, last(fence), true);
             }
             Answer::Granted { .. } => {}
-            Answer::Busy { .. } => free.forget(&self.keys.lock),
+            Answer::Busy { .. } => free.taken(&self.keys.lock),
         }
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
@@ -467,14 +445,79 @@ impl Engine {
         })
     }
 
-    /// Whether an attempt is first made in plain commands (a fresh owner's, without waiting
-    /// for replicas, at a name this client last saw free): the last token this client issued
-    /// there, if so.
-    fn seen_free(&self, ask: Ask) -> Option<u64> {
-        if ask.claim != Claim::New || self.durability != Durability::None {
+    /// The token an attempt proposes when it is first made in plain commands: a fresh owner's,
+    /// without waiting for replicas, at a name this client last saw free (not an election's,
+    /// whose leader's record lives in the queue state). The client's estimate of the server
+    /// clock (`floor`), above the last token it issued there; 0 for a read hold, which takes
+    /// none. `None`: the attempt runs its script.
+    pub(super) fn proposal(&self, ask: Ask, floor: Option<u64>) -> Option<u64> {
+        if ask.claim != Claim::New
+            || self.durability != Durability::None
+            || self.family == Family::Election
+        {
             return None;
         }
-        self.core.tasks.free().last(&self.keys.lock)
+        let last = self.core.tasks.free().last(&self.keys.lock)?;
+        if ask.op == Op::Read {
+            return Some(0);
+        }
+        floor.map(|floor| floor.max(last.saturating_add(1)))
+    }
+
+    /// Takes the idle name for `ask` in one round trip of plain commands (`take::Take`): the
+    /// hold's string `value` (kept for its release when `keep`), the fence key asked as
+    /// `fence` says. `Some` with the grant, or the error; `None` when the script must run: the
+    /// name was busy (noted), the token was not confirmed (the script finds the hold and issues
+    /// one), or the backend sends scripts only.
+    pub(super) async fn take(
+        &self,
+        ask: Ask,
+        owner: &str,
+        value: String,
+        keep: bool,
+        fence: Fence,
+    ) -> Option<Result<Attempt<Held>>> {
+        let free = self.core.tasks.free();
+        let lease_ms = match lease_ms(self.lease) {
+            Ok(ms) => ms,
+            Err(err) => return Some(Err(err)),
+        };
+        let absent = [self.keys.holders.as_str(), self.keys.queue.as_str()];
+        let take = Take {
+            key: &self.keys.lock,
+            fence_key: &self.keys.fence,
+            value: &value,
+            lease_ms,
+            fence,
+            absent: if self.family.is_queued() {
+                &absent
+            } else {
+                &[]
+            },
+        };
+        let sent_at = Instant::now();
+        match self.core.backend.run_commands(&take).await? {
+            Ok(Taken::Unconfirmed) => None,
+            Ok(Taken::Busy) => {
+                free.taken(&self.keys.lock);
+                None
+            }
+            Err(err) => {
+                free.taken(&self.keys.lock);
+                Some(Err(err))
+            }
+            Ok(Taken::Granted) if self.too_late(sent_at) => Some(Err(late_answer())),
+            Ok(Taken::Granted) => {
+                let (token, last) = match fence {
+                    Fence::Token { token, last } => (token, last),
+                    Fence::Read => (0, 0),
+                };
+                free.granted(&self.keys.lock, last, true);
+                let value = keep.then_some(value);
+                let held = self.held(ask, owner.to_owned(), token, sent_at, value);
+                Some(Ok(Attempt::Acquired(held)))
+            }
+        }
     }
 
     /// A grant to a request sent at `sent_at` came back after the lease it grants would have

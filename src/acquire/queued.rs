@@ -16,6 +16,7 @@ use super::{Ask, Attempt, Engine};
 use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
 use crate::error::Result;
 use crate::lease::{Held, Hold, Lease};
+use crate::protocol::take::Fence;
 use crate::protocol::wake::Grant;
 use crate::protocol::{Answer, Op, queue};
 use crate::time::after;
@@ -66,6 +67,26 @@ pub(super) async fn run(
 ) -> Result<Attempt<Held>> {
     let core = &engine.core;
     let owner = ask.owner.as_field();
+    // An idle name this client last saw free: one round trip of plain commands, which leaves
+    // the hold in the thin form (`queue_lib.lua`) when it is granted.
+    if let Some(token) = engine.proposal(ask, core.backend.clock().now()) {
+        let value = queue::thin(
+            engine.family,
+            ask.op,
+            ask.units,
+            engine.capacity,
+            token,
+            &owner,
+        );
+        let fence = if ask.op == Op::Read {
+            Fence::Read
+        } else {
+            Fence::Token { token, last: token }
+        };
+        if let Some(taken) = engine.take(ask, &owner, value, true, fence).await {
+            return taken;
+        }
+    }
     let request = queue::Acquire {
         name: &engine.name,
         keys: &engine.keys,
@@ -85,7 +106,24 @@ pub(super) async fn run(
         client: &core.id,
     };
     let sent_at = Instant::now();
-    let (answer, acks) = engine.send(&request).await?;
+    let free = core.tasks.free();
+    let (answer, acks) = engine
+        .send(&request)
+        .await
+        .inspect_err(|_| free.taken(&engine.keys.lock))?;
+    if let Answer::Granted {
+        clock: Some(us), ..
+    } = answer
+    {
+        core.backend.clock().heard(us, sent_at);
+    }
+    match answer {
+        Answer::Granted { fence, .. } if ask.claim.is_fresh() => {
+            free.granted(&engine.keys.lock, fence, false);
+        }
+        Answer::Granted { .. } => {}
+        Answer::Busy { .. } => free.taken(&engine.keys.lock),
+    }
     match answer {
         Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
         Answer::Granted { fence, .. } => {

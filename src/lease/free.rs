@@ -7,44 +7,75 @@ use std::sync::Mutex as StdMutex;
 /// At most this many names are kept; the set starts afresh when it is full.
 const MOST: usize = 4096;
 
-/// The keys of the names this client last saw free: its last acquisition there found nobody
-/// else holding, and its last release there told nobody. Their next fresh acquisition is tried
-/// in plain commands (the protocol's `Take`), which cost the server a fraction of a script but
-/// cannot wait, queue or re-enter; every other name begins with its script, so a busy name
-/// costs no extra round trip. With each name, the last fencing token this client issued there
-/// (the end of the block it took), which the next proposal must pass.
+/// The names this client last saw free: its last acquisition there found nobody else holding,
+/// or its last release there left nobody holding or waiting. Their next fresh acquisition is
+/// tried in plain commands (the protocol's `Take`), which cost the server a fraction of a
+/// script but cannot wait, queue or re-enter; every other name begins with its script, so a
+/// busy name costs no extra round trip. With each name, the last fencing token this client
+/// issued there (the end of the block a hold took), which its next proposal passes.
 #[derive(Debug, Default)]
-pub(crate) struct FreeNames(StdMutex<HashMap<String, u64>>);
+pub(crate) struct FreeNames(StdMutex<HashMap<String, Seen>>);
+
+/// What the client last saw of a name.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    last: u64,
+    free: bool,
+}
 
 impl FreeNames {
     /// The last token this client issued at the name whose main key is `key`, if it last saw
     /// the name free (0 when it did not keep one).
     pub(crate) fn last(&self, key: &str) -> Option<u64> {
-        self.map().get(key).copied()
+        self.map()
+            .get(key)
+            .filter(|seen| seen.free)
+            .map(|seen| seen.last)
     }
 
-    /// The name whose main key is `key` was seen taken by others, or in a state unknown.
-    pub(crate) fn forget(&self, key: &str) {
-        self.map().remove(key);
+    /// A hold of a fresh owner was granted at the name, with tokens up to `last` (0: none);
+    /// `free`, the grant shows nobody else held it (a plain mutex's), else what was seen stands.
+    pub(crate) fn granted(&self, key: &str, last: u64, free: bool) {
+        self.update(key, |seen| {
+            seen.last = seen.last.max(last);
+            seen.free |= free;
+        });
     }
 
-    /// The name whose main key is `key` was seen free; `last`, the last token this client
-    /// issued there, if it knows.
-    pub(crate) fn note(&self, key: &str, last: u64) {
+    /// The name was found taken by others, or in a state unknown (an error).
+    pub(crate) fn taken(&self, key: &str) {
+        if let Some(seen) = self.map().get_mut(key) {
+            seen.free = false;
+        }
+    }
+
+    /// This client let a hold of the name go: `free` when it told nobody and left nobody
+    /// holding or waiting.
+    pub(crate) fn released(&self, key: &str, free: bool) {
+        if free {
+            self.update(key, |seen| seen.free = true);
+        } else {
+            self.taken(key);
+        }
+    }
+
+    fn update(&self, key: &str, change: impl FnOnce(&mut Seen)) {
         let mut map = self.map();
-        if let Some(kept) = map.get_mut(key) {
-            *kept = (*kept).max(last);
+        if let Some(seen) = map.get_mut(key) {
+            change(seen);
             return;
         }
         if map.len() >= MOST {
             map.clear();
         }
-        map.insert(key.to_owned(), last);
+        let mut seen = Seen::default();
+        change(&mut seen);
+        map.insert(key.to_owned(), seen);
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        // Every update is one insert, remove, assignment or clear: a poisoned lock still holds
-        // a valid map.
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
+        // Every update is one insert, assignment or clear: a poisoned lock still holds a valid
+        // map.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -54,17 +85,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_come_and_go_and_the_set_stays_bounded() {
+    fn what_was_seen_of_a_name_is_kept_and_the_map_stays_bounded() {
         let free = FreeNames::default();
         assert_eq!(free.last("a"), None);
-        free.note("a", 7);
+        free.granted("a", 7, true);
         assert_eq!(free.last("a"), Some(7));
-        free.note("a", 3);
+        free.granted("a", 3, false);
         assert_eq!(free.last("a"), Some(7), "the last token never goes back");
-        free.forget("a");
+        free.taken("a");
         assert_eq!(free.last("a"), None);
+        free.released("a", true);
+        assert_eq!(
+            free.last("a"),
+            Some(7),
+            "the last token is kept while taken"
+        );
+        free.granted("b", 5, false);
+        assert_eq!(
+            free.last("b"),
+            None,
+            "a queued grant alone does not say free"
+        );
         for i in 0..MOST + 10 {
-            free.note(&i.to_string(), 0);
+            free.released(&i.to_string(), true);
         }
         assert!(free.map().len() <= MOST);
         assert_eq!(free.last(&(MOST + 9).to_string()), Some(0));

@@ -53,15 +53,16 @@ async fn run(
 }
 
 /// Releases one hold of `hold.owner` (or its place in a queue) with the script of its family:
-/// `true` when that freed a plain mutex and woke waiters that had found it busy. A release
-/// that told nobody leaves the name among those the client saw `free`; one that woke waiters
-/// (or failed) takes it out, so the next acquisition there begins with its script.
+/// `true` when others may want the name (a plain mutex's release woke waiters that had found it
+/// busy; a queued primitive's left it held or waited for). A release that says neither leaves
+/// the name among those the client saw `free`; one that does (or fails) takes it out, so the
+/// next acquisition there begins with its script.
 pub(crate) async fn release(backend: &Backend, free: &FreeNames, hold: &Hold) -> Result<bool> {
     crate::timeline::hop("release.sent");
     let released = send_release(backend, hold).await;
     crate::timeline::hop("release.answered");
-    if matches!(released, Ok(true) | Err(_)) {
-        free.forget(&hold.keys.lock);
+    if hold.op.is_hold() {
+        free.released(&hold.keys.lock, matches!(released, Ok(false)));
     }
     released
 }
@@ -82,17 +83,19 @@ async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
                 })
                 .await
         }
-        family => backend
-            .run(&queue::Release {
-                name: &hold.name,
-                keys: &hold.keys,
-                family,
-                op: hold.op,
-                owner: &hold.owner,
-                fence_ttl_ms: millis(FENCE_TTL),
-            })
-            .await
-            .map(|()| false),
+        family => {
+            backend
+                .run(&queue::Release {
+                    name: &hold.name,
+                    keys: &hold.keys,
+                    family,
+                    op: hold.op,
+                    owner: &hold.owner,
+                    fence_ttl_ms: millis(FENCE_TTL),
+                    expected: hold.value.as_deref(),
+                })
+                .await
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! * [`queue`]: the queued primitives' (fair mutex, semaphore, read-write lock), and the queue
 //!   member and waiter id formats;
 //! * [`election`]: the leader's record of an election (whose hold is the queue scripts');
+//! * [`take`]: the acquisition of an idle name in plain commands, without a script;
 //! * [`admin`]: `inspect` and `force_unlock`;
 //! * [`wake`]: the grammar of the messages releases publish on a name's channel.
 //!
@@ -19,6 +20,7 @@ pub(crate) mod mutex;
 pub(crate) mod queue;
 mod reply;
 mod scripts;
+pub(crate) mod take;
 pub(crate) mod wake;
 
 use std::time::Duration;
@@ -121,6 +123,11 @@ impl Op {
     pub(crate) fn is_exclusive(self) -> bool {
         matches!(self, Self::Exclusive | Self::Write)
     }
+
+    /// A hold, not a waiter's place.
+    pub(crate) fn is_hold(self) -> bool {
+        !matches!(self, Self::Waiting { .. })
+    }
 }
 
 /// How an attempt claims the lock for its owner (the scripts' `claim` argument).
@@ -166,7 +173,8 @@ impl Claim {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Acquired, with this fencing token (0 for read holds), and the server clock in µs when
-    /// the script read it (the mutex's acquisition without a floor, or with a new counter).
+    /// the script read it (the mutex's acquisition without a floor or with a new counter; every
+    /// grant of the queue scripts).
     Granted { fence: u64, clock: Option<u64> },
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
     /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt

@@ -1,13 +1,14 @@
 //! The plain mutex's scripts: `mutex_acquire`, `mutex_release`, `mutex_extend`, and
 //! `mutex_confirm` (the second round of a Redlock acquisition's fencing; see `lua/README.md` for
-//! their contracts); and [`Take`], the acquisition of a free lock in plain commands.
+//! their contracts); and [`value`], the string of a held mutex, which the one-round-trip
+//! acquire (`super::take`) writes.
 
 use redis::Value;
 
-use super::reply::{Reply, int, statuses};
+use super::reply::{Reply, statuses};
 use super::scripts::{MUTEX_ACQUIRE, MUTEX_CONFIRM, MUTEX_EXTEND, MUTEX_RELEASE};
 use super::{Answer, Claim, MUTEX_LAYOUT, ms};
-use crate::backend::{By, Call, Commands, Request};
+use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 
@@ -23,90 +24,6 @@ pub(crate) fn value(token: u64, waited: bool, owner: &str) -> String {
     value.push_str(if waited { " 1 w " } else { " 1 - " });
     value.push_str(owner);
     value
-}
-
-/// A fresh owner's acquisition of a free lock in one round trip of plain commands, as
-/// `mutex_acquire` begins it: `SET lock <value> NX PX <lease>` with the proposed token `token`,
-/// then `ZADD fence XX GT CH <token> ~`, which raises the fence key's last token to it only if
-/// it is higher, and answers 1 exactly then (and, for a block of tokens, `ZADD fence XX GT` to
-/// its last). The `XX` never makes the fence key or adds `~` to a sorted set that is not ours.
-#[derive(Debug)]
-pub(crate) struct Take<'a> {
-    pub(crate) keys: &'a LockKeys,
-    /// The lock's string: [`value`] of the proposed token, the owner and the waiters' mark.
-    pub(crate) value: &'a str,
-    pub(crate) lease_ms: u64,
-    /// The proposed token: the client's estimate of the server clock in µs.
-    pub(crate) token: u64,
-    /// How many fencing tokens it takes: `token` and the ones after it.
-    pub(crate) tokens: u32,
-}
-
-/// What a [`Take`] came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Taken {
-    /// The lock is this owner's, with the proposed token, above every token issued.
-    Granted,
-    /// The lock is this owner's, but the fence key did not confirm the token (it stood at or
-    /// above it, is new, or is not a sorted set of ours): `mutex_acquire` with the same owner
-    /// (claim `new`) issues one, or refuses foreign data.
-    Unconfirmed,
-    /// The lock was not free (or not a lock of ours): `mutex_acquire` tells which.
-    Busy,
-}
-
-impl Commands for Take<'_> {
-    type Reply = Taken;
-
-    fn pipeline(&self) -> redis::Pipeline {
-        let (lock, fence) = (&self.keys.lock, &self.keys.fence);
-        let mut pipe = redis::Pipeline::with_capacity(3);
-        pipe.ignore_errors();
-        let mut set = redis::Cmd::with_capacity(6, 40 + lock.len() + self.value.len());
-        set.arg("SET")
-            .arg(lock)
-            .arg(self.value)
-            .arg("NX")
-            .arg("PX")
-            .arg(self.lease_ms);
-        pipe.add_command(set);
-        let zadd = |score: u64, check: bool| {
-            let mut zadd = redis::Cmd::with_capacity(7, 48 + fence.len());
-            zadd.arg("ZADD").arg(fence).arg("XX").arg("GT");
-            if check {
-                zadd.arg("CH");
-            }
-            zadd.arg(score).arg("~");
-            zadd
-        };
-        pipe.add_command(zadd(self.token, true));
-        if self.tokens > 1 {
-            let last = self.token.saturating_add(u64::from(self.tokens - 1));
-            pipe.add_command(zadd(last, false));
-        }
-        pipe
-    }
-
-    fn decode(&self, replies: Vec<Value>) -> Result<Taken> {
-        match replies.first() {
-            Some(Value::Okay) => {}
-            Some(Value::SimpleString(ok)) if ok == "OK" => {}
-            Some(Value::Nil) => return Ok(Taken::Busy),
-            Some(Value::ServerError(err)) => {
-                return Err(Error::Redis(redis::RedisError::from(err.clone())));
-            }
-            other => {
-                return Err(Error::Protocol {
-                    script: "mutex take (SET NX PX)",
-                    detail: format!("unexpected reply {other:?}"),
-                });
-            }
-        }
-        Ok(match replies.get(1).and_then(int) {
-            Some(1) => Taken::Granted,
-            _ => Taken::Unconfirmed,
-        })
-    }
 }
 
 /// One acquisition attempt for `owner`.

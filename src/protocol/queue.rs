@@ -16,6 +16,32 @@ pub(crate) fn waiter_id(client: &str, owner: &str) -> String {
     format!("{client}/{owner}")
 }
 
+/// The thin form's string of a single hold (`queue_lib.lua`): `<layout> <op> <units> <cap>
+/// <token> <owner>`, written under the meta key by the one-round-trip acquire of an idle name
+/// (`super::take`). `token` is 0 for a read hold.
+pub(crate) fn thin(
+    family: Family,
+    op: Op,
+    units: u32,
+    cap: u32,
+    token: u64,
+    owner: &str,
+) -> String {
+    let layout = family.layout();
+    let mut digits = itoa::Buffer::new();
+    let mut value = String::with_capacity(layout.len() + owner.len() + 48);
+    value.push_str(layout);
+    value.push(' ');
+    value.push_str(op.code());
+    for n in [u64::from(units), u64::from(cap), token] {
+        value.push(' ');
+        value.push_str(digits.format(n));
+    }
+    value.push(' ');
+    value.push_str(owner);
+    value
+}
+
 /// A waiter's member in the queue: `client/owner/<op><units>/<lease ms>/<grace ms>`, which is
 /// everything a release needs to hand it the lock.
 pub(crate) fn member(
@@ -84,7 +110,7 @@ impl Request for Acquire<'_> {
         match status {
             1 => Ok(Answer::Granted {
                 fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
-                clock: None,
+                clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
             }),
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
@@ -104,7 +130,8 @@ impl Request for Acquire<'_> {
 }
 
 /// Releases one hold of `owner` of `op`, or leaves the queue (`op` [`Op::Waiting`], `owner`
-/// the queue member). `Ok` when done, [`Error::NotHeld`] when there was nothing to release.
+/// the queue member). `Ok(true)` when the name is still held or waited for, `Ok(false)` when
+/// it went idle, [`Error::NotHeld`] when there was nothing to release.
 #[derive(Debug)]
 pub(crate) struct Release<'a> {
     pub(crate) name: &'a str,
@@ -113,10 +140,13 @@ pub(crate) struct Release<'a> {
     pub(crate) op: Op,
     pub(crate) owner: &'a str,
     pub(crate) fence_ttl_ms: u64,
+    /// The thin form's string as the grant wrote it ([`thin`]): when the meta key holds exactly
+    /// that, the release is a compare-and-delete before any library loads.
+    pub(crate) expected: Option<&'a str>,
 }
 
 impl Request for Release<'_> {
-    type Reply = ();
+    type Reply = bool;
 
     fn call(&self, by: By) -> Call {
         let mut call = QUEUE_RELEASE.call(by, 4);
@@ -128,14 +158,18 @@ impl Request for Release<'_> {
             .arg(self.owner)
             .arg(&self.keys.wake)
             .arg(self.fence_ttl_ms);
+        if let Some(expected) = self.expected {
+            call.arg(expected);
+        }
         call
     }
 
-    fn decode(&self, raw: Value) -> Result<()> {
+    fn decode(&self, raw: Value) -> Result<bool> {
         let keys = self.keys.queued();
         let (status, reply) = Reply::decode("queue_release", raw, &keys, self.family.layout())?;
         match status {
-            1..=3 => Ok(()),
+            1 | 3 => Ok(true),
+            2 => Ok(reply.int(1).ok() != Some(1)),
             0 => Err(Error::NotHeld {
                 name: self.name.to_owned(),
             }),

@@ -81,6 +81,7 @@ script!(
 );
 script!(
     once QUEUE_RELEASE,
+    "queue_release_thin.lua",
     "calls_lib.lua",
     "keys_lib.lua",
     "queue_release_fast.lua",
@@ -134,8 +135,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "63e8575ec68f35fedce476b2b71b025a0d8b455c",
-                "ae2e94e28602c0c034bec4f0f9867cf767992120",
+                "8a0e35b1549a9ea9351c714bd0824659bb079dc7",
+                "a4385151592efc3ba0fcdff52ab6cd3fd6be9596",
             ),
             (
                 &*MUTEX_RELEASE,
@@ -149,33 +150,33 @@ mod tests {
             ),
             (
                 &*MUTEX_CONFIRM,
-                "de2cd5f33e81075d784a5ef0f2a3b8d979c30c51",
-                "8497151beea7cdf1aa70118941b69ca0b35e245c",
+                "9aa090198f0180595b7201083ccb5099e1d58be2",
+                "7018e5980210bc6fba2c838dcf58ee3a6b1b089a",
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "f3c727f59853c5df91ab5d69fbd07e970cde45f6",
-                "2cf68fdf98efa233985cf9cbd18534c2a372564a",
+                "f94f5cef3013ceaae0ccff9962dd732913f5e196",
+                "aec615f6157b03a45f55b512071672b4ca0ba3aa",
             ),
             (
                 &*QUEUE_RELEASE,
-                "96fe707ad795b4d1b14d5460c1104781f65418e8",
-                "43906a1acb9e83a20db9e206fcc754c393e0ae07",
+                "265d1c80159bf4d4b4bc834eca4ecaf33c85cd01",
+                "ceef92dae3353e22cfeac039cfedd226aa77a798",
             ),
             (
                 &*QUEUE_EXTEND,
-                "c0753d274f748ce6b63a7c8b01038844d9839582",
-                "56ee63731a639d81216abdeea1ebf0b3be4913ad",
+                "a4409db06085000b728620c9fdfcc5900843693b",
+                "f71fa888253568a7a6a79ea42438e5eab39c0db0",
             ),
             (
                 &*INSPECT,
-                "e892e5e7dfdced51e8f9c3458724ebed23c5da7e",
-                "30ab03d95a5a1b8b0af8f1ef61f29c30c24207c0",
+                "5da216e128abd11686934527a6b236abd7a9660b",
+                "b295bc6913aed900962259238bf89350559c97d5",
             ),
             (
                 &*FORCE_UNLOCK,
-                "7b6c1f00a1b80cb4e093800530f046d6722f6dae",
-                "231eceeafc442186d1756299b74a633ad286db95",
+                "025fb6d889910679082709fcd800c648928affe8",
+                "0802f7ea9d048c0bf69bfb280034e1b14b69c1bb",
             ),
             (
                 &*ELECT_PROCLAIM,
