@@ -296,7 +296,7 @@ impl QueueScript {
 /// not the library's), with no library logic at all: the acquire of a free lock in one round
 /// trip of plain commands (`SET NX PX` of the lock, `ZADD XX GT CH` of the fence key to the
 /// proposed token, above the last one the task issued), then `mutex_release` by `EVALSHA` with
-/// the string the grant wrote, which its fast path compares and deletes. Each name is taken
+/// the string the grant wrote alone, which its fast path compares and deletes. Each name is taken
 /// once by `mutex_acquire` first (its fence key made).
 pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) -> AnyResult<f64> {
     let pool: Pool = Config::from_url(url).create_pool(Some(Runtime::Tokio1))?;
@@ -344,11 +344,9 @@ pub async fn raw_cycles(url: &str, prefix: &str, tasks: usize, phase: Duration) 
             if set.is_none() || confirmed != 1 {
                 return Err(format!("{lock}: not taken in one round trip").into());
             }
+            // The short form: the string alone (`lua/README.md`).
             let _: redis::Value = RELEASE
                 .key(&lock)
-                .arg(&owner)
-                .arg(format!("{lock}:wake"))
-                .arg("1")
                 .arg(&value)
                 .invoke_async(&mut conn)
                 .await?;

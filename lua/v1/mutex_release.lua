@@ -1,6 +1,9 @@
 -- name:    mutex_release
 -- layout:  1 (the held mutex is the string "mutex:2" of mutex_lib)
 -- KEYS[1]: lock        <prefix>:{<name>}
+-- ARGV: either (owner token, channel[, message[, string]]) as below, or the lock's string as
+--       the releaser's grant wrote it alone: the owner is its last field, the channel the lock's
+--       key and `:wake`, the message '1'
 -- ARGV[1]: owner token
 -- ARGV[2]: wake-up channel <prefix>:{<name>}:wake (published to when the lock becomes free and
 --          a waiter had found it busy)
@@ -11,11 +14,15 @@
 --          exactly that, mutex_release_fast has deleted it before this script runs
 -- returns: {1, holds}    one hold released; the owner still holds the lock `holds` times
 --          {2, told}     the last hold released; the lock is free; told is 1 when a waiter
---                        had found it busy and the release published (0: nobody was told)
+--                        had found it busy and the release published (0: nobody was told);
+--                        the integer 2 from mutex_release_fast stands for {2, 0}
 --          {0}           not held by this owner: nothing changed
 --          {-1, type, 1} KEYS[1] holds foreign data of that Redis type
 --          {-2, layout}  KEYS[1] holds another layout
-local lock, owner = KEYS[1], ARGV[1]
+local lock, owner, channel, message = KEYS[1], ARGV[1], ARGV[2], ARGV[3] or '1'
+if #ARGV == 1 then
+  owner, channel, message = string.match(ARGV[1], ' (%S+)$') or '', lock .. ':wake', '1'
+end
 
 local held, bad = mutex_read(lock, 1)
 if bad then return bad end
@@ -25,9 +32,8 @@ if held.holds > 1 then
   return {1, held.holds - 1}
 end
 redis.call('DEL', lock)
-local message = ARGV[3] or '1'
 if held.wait == 'w' and message ~= '' then
-  redis.call(PUBLISH, ARGV[2], message)
+  redis.call(PUBLISH, channel, message)
   return {2, 1}
 end
 return {2, 0}

@@ -16,7 +16,8 @@
 //!   gives it up, exactly once: a new leader, a waiter whose turn message was lost, and a
 //!   waiter that saw the hold lost each lead in their turn, so waiters never wait for nobody.
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard, Weak};

@@ -1,7 +1,7 @@
 //! [`FreeNames`]: the names a client last saw free, where its next fresh acquisition is tried
 //! in one round trip of plain commands before any script.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex as StdMutex;
 
 /// At most this many names are kept; the set starts afresh when it is full.

@@ -14,8 +14,9 @@
 //! a release handed it over: then once, at once, to its full lease); it is marked lost when its
 //! lease runs out.
 
+use foldhash::HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;

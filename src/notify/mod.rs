@@ -21,7 +21,8 @@
 //! drops, every waiter falls back to jittered backoff polling until it is back, and all are
 //! woken once it is, since a release may have been missed in between.
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
@@ -197,7 +198,7 @@ impl Notifier {
     pub(crate) fn new(subscriber: Subscriber) -> Self {
         Self {
             shared: Arc::new(Shared {
-                channels: StdMutex::new(HashMap::new()),
+                channels: StdMutex::new(HashMap::default()),
                 subscriber,
                 connected: AtomicBool::new(false),
             }),

@@ -106,17 +106,29 @@ impl Request for Release<'_> {
 
     fn call(&self, by: By) -> Call {
         let mut call = MUTEX_RELEASE.call(by, 1);
-        call.key(&self.keys.lock)
-            .arg(self.owner)
-            .arg(&self.keys.wake)
-            .arg(self.message.unwrap_or("1"));
-        if let Some(expected) = self.expected {
-            call.arg(expected);
+        call.key(&self.keys.lock);
+        match (self.expected, self.message) {
+            // The short form: the string alone, the rest derived from it and the key.
+            (Some(expected), None) => {
+                call.arg(expected);
+            }
+            (expected, message) => {
+                call.arg(self.owner)
+                    .arg(&self.keys.wake)
+                    .arg(message.unwrap_or("1"));
+                if let Some(expected) = expected {
+                    call.arg(expected);
+                }
+            }
         }
         call
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
+        // The fast path's compare-and-delete: released, nobody told.
+        if raw == Value::Int(2) {
+            return Ok(false);
+        }
         let (status, reply) =
             Reply::decode("mutex_release", raw, &[&self.keys.lock], MUTEX_LAYOUT)?;
         match status {

@@ -140,8 +140,8 @@ mod tests {
             ),
             (
                 &*MUTEX_RELEASE,
-                "65f04557e171186f43f3c00a80cc0b48344420b9",
-                "41e5fa4e853c9ea048d88d4b58e37b54e7c13754",
+                "c27d033d79975288161a8315dec82192e38c18bc",
+                "d6c6a078a9fc80de2a95cc77b4c56438daf7007b",
             ),
             (
                 &*MUTEX_EXTEND,
