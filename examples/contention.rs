@@ -11,7 +11,6 @@
 //! a connection of their own, without the library), the hand-off latency from a release to a
 //! blocked waiter, and 16 tasks fighting over one name.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,8 +24,7 @@ use redlatch::LockClient;
 use redlatch_harness::{measure, server};
 
 use measure::{
-    AnyResult, BoxFut, Contend, ContendedRun, commandstats, contended_run, cpu_steal, handoff_run,
-    loop_tasks, requests,
+    AnyResult, BoxFut, Contend, ContendedRun, contended_run, cpu_steal, handoff_run, loop_tasks,
 };
 
 #[derive(Parser, Debug)]
@@ -121,11 +119,10 @@ async fn run() -> AnyResult<()> {
     bar.inc(1);
 
     bar.set_message("semaphore, 8 permits, 64 tasks");
-    let before = commandstats(&mut conn).await?;
+    let sent = || client.requests() + waiter_client.requests();
+    let before = sent();
     let semaphore = semaphore(&client, &waiter_client, phase).await?;
-    let after = commandstats(&mut conn).await?;
-    let requests_semaphore =
-        client_requests(&before, &after) as f64 / semaphore.acquisitions as f64;
+    let requests_semaphore = (sent() - before) as f64 / semaphore.acquisitions as f64;
     bar.inc(1);
 
     bar.set_message("readers and a writer");
@@ -373,8 +370,10 @@ async fn contended(
     let contenders = (0..tasks)
         .map(|_| AnyMutex::new(client, fair, name))
         .collect::<AnyResult<Vec<_>>>()?;
-    let inside = measure::script_commands(measure::LUA);
-    contended_run(conn, contenders, Duration::ZERO, WARM_UP, phase, &inside).await
+    // Requests as the client counts them: its round trips, whether scripts or plain commands.
+    let requests = || client.requests();
+    let counting = measure::Counting::Clients(&requests);
+    contended_run(conn, contenders, Duration::ZERO, WARM_UP, phase, counting).await
 }
 
 /// Eight tasks over two clients queue on a held `FairMutex` one after another; returns the
@@ -493,10 +492,4 @@ async fn readers_and_writer(a: &LockClient, b: &LockClient) -> AnyResult<RwRun> 
         writer_wait,
         writer_alone,
     })
-}
-
-/// Requests that clients sent between two snapshots, leaving out the commands redlatch's
-/// scripts run inside Redis and the measurement's own `INFO`.
-fn client_requests(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
-    requests(before, after, &measure::script_commands(measure::LUA))
 }

@@ -543,6 +543,23 @@ impl LockClient {
     pub fn key_prefix(&self) -> &str {
         &self.core.config.prefix
     }
+
+    /// How many requests this client has sent to Redis for its operations: each script call
+    /// and each pipeline of plain commands (one round trip) counts one, a Redlock client's call
+    /// once per server asked; the subscription's own commands are not counted. For monitoring
+    /// and benchmarks: a server's command statistics cannot tell a round trip of several plain
+    /// commands from the same commands run inside a script.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
+    /// let before = client.requests();
+    /// client.mutex("a")?.lock().await?.unlock().await?;
+    /// assert!(client.requests() - before <= 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn requests(&self) -> u64 {
+        self.core.backend.requests()
+    }
 }
 
 /// Settings for a [`LockClient`]. Every setter has a documented default.

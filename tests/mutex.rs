@@ -342,12 +342,15 @@ async fn an_uncontended_cycle_runs_one_script_and_five_commands() {
         let before = redlatch_harness::measure::commandstats(&mut conn)
             .await
             .unwrap();
+        let sent = client.requests();
         let mut tokens = Vec::new();
         for _ in 0..20 {
             let guard = mutex.lock().await.unwrap();
             tokens.push(guard.fencing_token());
             guard.unlock().await.unwrap();
         }
+        // Two round trips a cycle, as the client counts them.
+        assert_eq!(client.requests() - sent, 40);
         let after = redlatch_harness::measure::commandstats(&mut conn)
             .await
             .unwrap();

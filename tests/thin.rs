@@ -66,6 +66,7 @@ async fn an_idle_name_in_use_is_taken_in_one_round_trip_and_let_go_by_one_script
             // Past the second in which the name's new fence key runs ahead of the clock.
             tokio::time::sleep(WARM_NAMES).await;
             let before = commandstats(&mut conn).await.unwrap();
+            let sent = client.requests();
             let mut tokens = Vec::new();
             for _ in 0..20 {
                 let token = match what {
@@ -97,6 +98,9 @@ async fn an_idle_name_in_use_is_taken_in_one_round_trip_and_let_go_by_one_script
                 tokens.push(token);
             }
             let after = commandstats(&mut conn).await.unwrap();
+            // Two round trips a cycle, as the client counts them (a semaphore's handle asks
+            // nothing when it is made).
+            assert_eq!(client.requests() - sent, 40, "{what}: requests");
             // Less the test's own TYPE calls.
             let typed = if what == "fair" { 20 } else { 0 };
             let commands = server_commands(&before, &after) - typed;

@@ -637,7 +637,7 @@ pub trait Contend: Send + Sync + 'static {
 pub struct ContendedRun {
     /// Acquisitions per second.
     pub per_s: f64,
-    /// Client commands per acquisition.
+    /// Requests per acquisition.
     pub requests_per_acq: f64,
     /// Share of acquisitions by the task that held the lock before.
     pub retake_share: f64,
@@ -647,17 +647,66 @@ pub struct ContendedRun {
     pub jain: f64,
 }
 
+/// How a measurement counts the requests its clients send.
+#[derive(Clone, Copy)]
+pub enum Counting<'a> {
+    /// From the server's command statistics: every command that is not one of these, which
+    /// the clients' scripts run inside Redis.
+    Server(&'a [String]),
+    /// From the clients themselves (redlatch's `LockClient::requests`, summed): a round trip
+    /// of several plain commands counts once, which the server's statistics cannot tell from
+    /// the same commands run inside a script.
+    Clients(&'a (dyn Fn() -> u64 + Send + Sync)),
+}
+
+impl std::fmt::Debug for Counting<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Server(inside) => f.debug_tuple("Server").field(inside).finish(),
+            Self::Clients(_) => f.write_str("Clients"),
+        }
+    }
+}
+
+/// One reading of a [`Counting`], to take the difference of two.
+#[derive(Debug)]
+pub enum Tally {
+    /// The server's command statistics.
+    Server(HashMap<String, u64>),
+    /// The clients' own count.
+    Clients(u64),
+}
+
+impl Counting<'_> {
+    /// Reads the count now (the server's statistics over `conn`).
+    pub async fn read(&self, conn: &mut MultiplexedConnection) -> AnyResult<Tally> {
+        Ok(match self {
+            Self::Server(_) => Tally::Server(commandstats(conn).await?),
+            Self::Clients(count) => Tally::Clients(count()),
+        })
+    }
+
+    /// The requests sent between two readings.
+    pub fn between(&self, before: &Tally, after: &Tally) -> u64 {
+        match (self, before, after) {
+            (Self::Server(inside), Tally::Server(b), Tally::Server(a)) => requests(b, a, inside),
+            (_, Tally::Clients(b), Tally::Clients(a)) => a.saturating_sub(*b),
+            _ => 0,
+        }
+    }
+}
+
 /// One task per contender looping on one lock (holding it for `critical`, if not zero),
-/// measured for `phase` after `warm_up`. Requests are the client commands over the window,
-/// leaving out `script_commands`. The longest wait counts the acquisitions of the window and,
-/// at its end, the tasks still waiting then (their wait so far).
+/// measured for `phase` after `warm_up`. Requests are counted over the window as `counting`
+/// says. The longest wait counts the acquisitions of the window and, at its end, the tasks
+/// still waiting then (their wait so far).
 pub async fn contended_run<C: Contend>(
     conn: &mut MultiplexedConnection,
     contenders: Vec<C>,
     critical: Duration,
     warm_up: Duration,
     phase: Duration,
-    script_commands: &[String],
+    counting: Counting<'_>,
 ) -> AnyResult<ContendedRun> {
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
@@ -697,7 +746,7 @@ pub async fn contended_run<C: Contend>(
         }));
     }
     tokio::time::sleep(warm_up).await;
-    let before = commandstats(conn).await?;
+    let before = counting.read(conn).await?;
     measuring.store(true, Ordering::SeqCst);
     let started = Instant::now();
     tokio::time::sleep(phase).await;
@@ -707,7 +756,7 @@ pub async fn contended_run<C: Contend>(
     let mut max_wait = waits.still_waiting_at(stopped);
     measuring.store(false, Ordering::SeqCst);
     let elapsed = stopped - started;
-    let after = commandstats(conn).await?;
+    let after = counting.read(conn).await?;
     stop.store(true, Ordering::Relaxed);
     let mut counts = Vec::new();
     for h in handles {
@@ -719,7 +768,7 @@ pub async fn contended_run<C: Contend>(
     let squares: f64 = counts.iter().map(|c| c * c).sum();
     Ok(ContendedRun {
         per_s: total / elapsed.as_secs_f64(),
-        requests_per_acq: requests(&before, &after, script_commands) as f64 / total.max(1.0),
+        requests_per_acq: counting.between(&before, &after) as f64 / total.max(1.0),
         retake_share: retakes.load(Ordering::Relaxed) as f64 / total.max(1.0),
         max_wait,
         jain: total * total / (counts.len() as f64 * squares.max(1.0)),

@@ -31,6 +31,7 @@ mod source;
 mod subscription;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_redis::Pool;
 use redis::Value;
@@ -80,6 +81,8 @@ pub(crate) struct Backend {
     servers: Servers,
     /// The servers' clock as heard: where fresh fencing tokens start.
     clock: ServerClock,
+    /// Requests sent (a Redlock client's: its servers count their own).
+    sent: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -150,6 +153,7 @@ impl Backend {
         Self {
             servers: Servers::Single(Node::new(source, scripts)),
             clock: ServerClock::default(),
+            sent: AtomicU64::new(0),
         }
     }
 
@@ -201,6 +205,7 @@ impl Backend {
         Ok(Self {
             servers: Servers::Cluster(cluster::Node::new(requesting, seed)),
             clock: ServerClock::default(),
+            sent: AtomicU64::new(0),
         })
     }
 
@@ -221,12 +226,23 @@ impl Backend {
                 settings, servers, &scripts, listener, requests, shutdown,
             )),
             clock: ServerClock::default(),
+            sent: AtomicU64::new(0),
         }
     }
 
     /// The servers' clock as this client heard it: where fresh fencing tokens start.
     pub(crate) fn clock(&self) -> &ServerClock {
         &self.clock
+    }
+
+    /// Requests sent so far: script calls and pipelines, a Redlock client's once per server.
+    pub(crate) fn requests(&self) -> u64 {
+        let quorum = self.as_quorum().map_or(0, Quorum::requests);
+        self.sent.load(Ordering::Relaxed) + quorum
+    }
+
+    fn count(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The independent servers of a Redlock client, which the layers above ask one by one and
@@ -246,6 +262,9 @@ impl Backend {
     /// go through [`as_quorum`](Self::as_quorum): one reply cannot stand for the servers'
     /// votes.
     pub(crate) async fn run<R: Request>(&self, request: &R) -> Result<R::Reply> {
+        if self.as_quorum().is_none() {
+            self.count();
+        }
         let raw = match &self.servers {
             Servers::Single(node) => node.invoke(request).await?,
             #[cfg(feature = "cluster")]
@@ -266,11 +285,12 @@ impl Backend {
     /// instead.
     pub(crate) async fn run_commands<C: Commands>(&self, request: &C) -> Option<Result<C::Reply>> {
         match &self.servers {
-            Servers::Single(node) => Some(
+            Servers::Single(node) => Some({
+                self.count();
                 node.send_commands(&request.pipeline())
                     .await
-                    .and_then(|replies| request.decode(replies)),
-            ),
+                    .and_then(|replies| request.decode(replies))
+            }),
             #[cfg(feature = "cluster")]
             Servers::Cluster(_) => None,
             Servers::Quorum(_) => None,
@@ -292,6 +312,7 @@ impl Backend {
     ) -> Result<(R::Reply, u32, u32)> {
         match &self.servers {
             Servers::Single(node) => {
+                self.count();
                 let acked = node.send_durable(request, want).await?;
                 Ok((request.decode(acked.raw)?, acked.acked, acked.wanted))
             }

@@ -41,6 +41,8 @@ const LINGER: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum {
     nodes: Vec<Arc<Node>>,
     settings: Redlock,
+    /// Calls sent, one per server asked.
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl Quorum {
@@ -52,6 +54,11 @@ impl Quorum {
     /// How long one node may take to answer one call about holds of `lease`.
     pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
         self.settings.node_timeout(lease)
+    }
+
+    /// Calls sent so far, one per server asked.
+    pub(crate) fn requests(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many servers there are.
@@ -99,6 +106,7 @@ impl Quorum {
             let Some(server) = self.nodes.get(node).map(Arc::clone) else {
                 continue;
             };
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let by_hash = Arc::clone(&by_hash);
             let mut call: Call = Box::pin(async move {
                 let raw = tokio::time::timeout(LINGER, server.send(&by_hash, source))
@@ -239,7 +247,11 @@ pub(super) fn start(
             }
         }
     });
-    Quorum { nodes, settings }
+    Quorum {
+        nodes,
+        settings,
+        sent: std::sync::atomic::AtomicU64::new(0),
+    }
 }
 
 /// The client's waiter registry, as heard through every node's subscription.

@@ -9,7 +9,7 @@ use redlatch::LockClient;
 use redlatch_harness::measure::{AnyResult, LUA, contended_run, script_commands};
 use serde_json::{Value, json};
 
-use super::library::{Entry, Library, Primitive, Redlatch};
+use super::library::{Entry, Library, Primitive, Redlatch, counting};
 use super::plan::Plan;
 use super::report::{Record, ratio, show};
 
@@ -105,15 +105,19 @@ pub(crate) async fn contended(
     for _ in 0..tasks {
         contenders.push(lib.contender(&name, None).await?);
     }
+    let libs = [Arc::clone(&lib)];
+    let mut count = None;
+    let counted = counting(entry, &libs, &mut count);
     let run = contended_run(
         &mut conn,
         contenders,
         std::time::Duration::ZERO,
         plan.warm_up,
         plan.phase,
-        &entry.script_commands,
+        counted,
     )
     .await?;
+    drop(libs);
     drop(lib);
     Ok(Record {
         scenario: "contended",

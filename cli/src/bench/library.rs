@@ -18,6 +18,32 @@ pub trait Library: Send + Sync {
         name: &'a str,
         lease: Option<Duration>,
     ) -> BoxFut<'a, AnyResult<Box<dyn Contender>>>;
+
+    /// The requests this client has sent, when the library counts them itself (redlatch:
+    /// `LockClient::requests`, a round trip of plain commands once); `None` to read the
+    /// server's command statistics instead.
+    fn requests(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// How to count the requests of these clients: their own count when every one keeps it, else
+/// the server's statistics less the commands `entry`'s scripts run inside Redis.
+pub(super) fn counting<'a>(
+    entry: &'a Entry,
+    libs: &'a [Arc<dyn Library>],
+    count: &'a mut Option<Box<dyn Fn() -> u64 + Send + Sync>>,
+) -> redlatch_harness::measure::Counting<'a> {
+    use redlatch_harness::measure::Counting;
+    if libs.iter().all(|lib| lib.requests().is_some()) {
+        let libs: Vec<Arc<dyn Library>> = libs.to_vec();
+        let sum = count.insert(Box::new(move || {
+            libs.iter().map(|lib| lib.requests().unwrap_or(0)).sum()
+        }));
+        Counting::Clients(&**sum)
+    } else {
+        Counting::Server(&entry.script_commands)
+    }
 }
 
 /// One task's handle on one lock.
@@ -156,6 +182,10 @@ impl Library for Redlatch {
             };
             Ok(Box::new(handle) as Box<dyn Contender>)
         })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        Some(self.client.requests())
     }
 }
 

@@ -291,7 +291,7 @@ impl Bench {
                             })
                     }
                     Job::Uncontended(entry, tasks) => uncontended(entry, tasks, plan.phase).await,
-                    Job::Handoff(entry) => handoff(entry, plan).await,
+                    Job::Handoff(entry) => handoff(entry, conn, plan).await,
                     Job::Contended(entry, tasks, clients, cs) => {
                         contended(entry, conn, tasks, clients, cs, plan).await
                     }

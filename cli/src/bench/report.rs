@@ -29,7 +29,9 @@ pub struct Record {
     pub max_wait_ms: Option<f64>,
     /// Jain's fairness index over the tasks' acquisitions.
     pub jain: Option<f64>,
-    /// Client commands per acquisition.
+    /// Requests per acquisition (hand-off: per sample, the release and the waiter's
+    /// acquisition): as redlatch's clients count their round trips, the server's commands
+    /// that no script ran for the peers.
     pub requests_per_acq: Option<f64>,
     /// Share of acquisitions by the task that held the lock just before.
     pub retake_share: Option<f64>,
@@ -229,17 +231,18 @@ pub(crate) fn print_table(records: &[Record]) {
             }
             "handoff" => {
                 println!(
-                    "  {:<20} {:>10} {:>10} {:>10} {:>8}",
-                    "library", "p50 µs", "p99 µs", "max µs", "samples"
+                    "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>9}",
+                    "library", "p50 µs", "p99 µs", "max µs", "samples", "req/hand"
                 );
                 for r in rows {
                     println!(
-                        "  {:<20} {:>10} {:>10} {:>10} {:>8}",
+                        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>9}",
                         r.library,
                         fmt_opt(r.p50_us, 0),
                         fmt_opt(r.p99_us, 0),
                         fmt_opt(r.max_us, 0),
-                        fmt_opt(r.samples, 0)
+                        fmt_opt(r.samples, 0),
+                        fmt_opt(r.requests_per_acq, 2)
                     );
                 }
             }

@@ -13,7 +13,7 @@ use redlatch_harness::measure::{
     requests, script_commands,
 };
 
-use super::library::{Contender, Entry};
+use super::library::{Contender, Entry, Library, counting};
 use super::plan::Plan;
 use super::report::Record;
 
@@ -90,17 +90,26 @@ pub(crate) async fn latency(entry: &Entry, phase: Duration) -> AnyResult<Record>
 /// more than the interval (`--handoff-hold-ms 100`) put the release at a random point of its
 /// cycle instead, at the price of longer idle gaps, which on a virtual machine make every
 /// wake-up slower.
-pub(crate) async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
+pub(crate) async fn handoff(
+    entry: &Entry,
+    conn: &mut MultiplexedConnection,
+    plan: &Plan,
+) -> AnyResult<Record> {
     let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
     let name = format!("h{}", fastrand::u32(..));
     // Two clients: stand-ins for two processes, kept until the run ends.
     let (a, b) = ((entry.connect)().await?, (entry.connect)().await?);
+    let libs = [Arc::clone(&a), Arc::clone(&b)];
+    let mut count = None;
+    let counted = counting(entry, &libs, &mut count);
+    let before = counted.read(conn).await?;
     let contenders = [
         a.contender(&name, None).await?,
         b.contender(&name, None).await?,
     ];
     let deadline = Instant::now() + plan.handoff_limit;
     let h = handoff_run(contenders, plan.handoff_samples, hold_us, deadline).await?;
+    let sent = counted.between(&before, &counted.read(conn).await?);
     drop((a, b));
     let mean_s = h.mean() / 1e6;
     Ok(Record {
@@ -115,6 +124,8 @@ pub(crate) async fn handoff(entry: &Entry, plan: &Plan) -> AnyResult<Record> {
         p99_us: Some(h.value_at_quantile(0.99) as f64),
         max_us: Some(h.max() as f64),
         max_wait_ms: Some(h.max() as f64 / 1000.0),
+        // Each sample is one acquisition by a blocked waiter and one release.
+        requests_per_acq: Some(sent as f64 / (h.len() as f64).max(1.0)),
         ..Record::default()
     })
 }
@@ -130,7 +141,7 @@ pub(crate) async fn contended(
     critical: Duration,
     plan: &Plan,
 ) -> AnyResult<Record> {
-    let mut libs = Vec::new();
+    let mut libs: Vec<Arc<dyn Library>> = Vec::new();
     for _ in 0..clients.max(1) {
         libs.push((entry.connect)().await?);
     }
@@ -139,13 +150,15 @@ pub(crate) async fn contended(
     for t in 0..tasks {
         contenders.push(libs[t % libs.len()].contender(&name, None).await?);
     }
+    let mut count = None;
+    let counted = counting(entry, &libs, &mut count);
     let run = contended_run(
         conn,
         contenders,
         critical,
         plan.warm_up,
         plan.phase,
-        &entry.script_commands,
+        counted,
     )
     .await?;
     drop(libs);
@@ -203,8 +216,11 @@ pub(crate) async fn remote_waiter(
         }));
     }
     let remote = other.contender(&name, None).await?;
+    let libs = [Arc::clone(&busy), Arc::clone(&other)];
+    let mut count = None;
+    let counted_requests = counting(entry, &libs, &mut count);
     tokio::time::sleep(plan.warm_up).await;
-    let before = commandstats(conn).await?;
+    let before = counted_requests.read(conn).await?;
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let mut waits = hdrhistogram::Histogram::<u64>::new(3)?;
@@ -217,11 +233,13 @@ pub(crate) async fn remote_waiter(
     }
     measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
-    let after = commandstats(conn).await?;
+    let after = counted_requests.read(conn).await?;
     stop.store(true, Ordering::Relaxed);
     for handle in loops {
         handle.await??;
     }
+    let sent = counted_requests.between(&before, &after);
+    drop(libs);
     drop((busy, other));
     let acquisitions = counted.load(Ordering::Relaxed) as f64 + waits.len() as f64;
     Ok(Record {
@@ -229,9 +247,7 @@ pub(crate) async fn remote_waiter(
         library: entry.name,
         tasks,
         ops_per_s: counted.load(Ordering::Relaxed) as f64 / elapsed,
-        requests_per_acq: Some(
-            requests(&before, &after, &entry.script_commands) as f64 / acquisitions.max(1.0),
-        ),
+        requests_per_acq: Some(sent as f64 / acquisitions.max(1.0)),
         p50_us: Some(waits.value_at_quantile(0.5) as f64),
         p99_us: Some(waits.value_at_quantile(0.99) as f64),
         max_us: Some(waits.max() as f64),
@@ -256,6 +272,9 @@ pub(crate) async fn idle(
         .lock()
         .await?;
     let lib = (entry.connect)().await?;
+    let libs = [Arc::clone(&holder_lib), Arc::clone(&lib)];
+    let mut count = None;
+    let counted = counting(entry, &libs, &mut count);
     let mut waiters = Vec::new();
     for _ in 0..plan.idle_waiters {
         let contender = lib.contender(&name, None).await?;
@@ -266,21 +285,23 @@ pub(crate) async fn idle(
     }
     // Let them settle: subscribe, queue, make their first attempts.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = commandstats(conn).await?;
+    let before = counted.read(conn).await?;
     let started = Instant::now();
     tokio::time::sleep(plan.idle_window).await;
-    let after = commandstats(conn).await?;
+    let after = counted.read(conn).await?;
     let elapsed = started.elapsed();
+    let sent = counted.between(&before, &after);
     for w in &waiters {
         w.abort();
     }
     holder.release().await?;
+    drop(libs);
     drop((lib, holder_lib));
     Ok(Record {
         scenario: "idle",
         library: entry.name,
         tasks: plan.idle_waiters,
-        ops_per_s: requests(&before, &after, &entry.script_commands) as f64 / elapsed.as_secs_f64(),
+        ops_per_s: sent as f64 / elapsed.as_secs_f64(),
         ..Record::default()
     })
 }
@@ -301,7 +322,9 @@ pub(crate) async fn semaphore(
         contenders.push(Arc::from(libs[t % 2].contender(&name, None).await?));
     }
     let contenders: Arc<Vec<Arc<dyn Contender>>> = Arc::new(contenders);
-    let before = commandstats(conn).await?;
+    let mut count = None;
+    let counted_requests = counting(entry, &libs, &mut count);
+    let before = counted_requests.read(conn).await?;
     let counted = Arc::new(AtomicU64::new(0));
     let (out2, most2, counted2) = (Arc::clone(&out), Arc::clone(&most), Arc::clone(&counted));
     let ops = loop_tasks(tasks, plan.phase, move |task| {
@@ -319,7 +342,7 @@ pub(crate) async fn semaphore(
         })
     })
     .await?;
-    let after = commandstats(conn).await?;
+    let after = counted_requests.read(conn).await?;
     let acquisitions = counted.load(Ordering::Relaxed) as f64;
     Ok(Record {
         scenario: "semaphore",
@@ -327,7 +350,7 @@ pub(crate) async fn semaphore(
         tasks,
         ops_per_s: ops,
         requests_per_acq: Some(
-            requests(&before, &after, &entry.script_commands) as f64 / acquisitions.max(1.0),
+            counted_requests.between(&before, &after) as f64 / acquisitions.max(1.0),
         ),
         most_out: Some(most.load(Ordering::SeqCst) as f64),
         ..Record::default()
