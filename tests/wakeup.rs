@@ -137,3 +137,48 @@ async fn waiters_survive_a_lost_subscription() {
     })
     .await;
 }
+
+/// A plain mutex's waiter in a client that still listens to the name's channel (its
+/// subscription lingers after its last waiter) registers before its first attempt: that busy
+/// attempt (which marks the lock) is its only request until the release wakes it, and the
+/// attempt after the message takes the lock. Two requests in all; three when the waiter must
+/// subscribe first and try again.
+#[tokio::test]
+async fn a_waiter_on_a_channel_still_listened_to_tries_once_before_it_is_woken() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let holder = redis.client();
+        let waiter = redis.client();
+        let mutex = waiter.mutex("linger").unwrap();
+        for (round, expected) in [(0, 3), (1, 2), (2, 2)] {
+            let held = holder.mutex("linger").unwrap().lock().await.unwrap();
+            let before = waiter.requests();
+            let task = tokio::spawn({
+                let mutex = mutex.clone();
+                async move { mutex.lock().await.unwrap() }
+            });
+            // The waiter has made its attempts and is blocked.
+            let lock = redis.lock_key("linger");
+            let mut conn = redis.conn().await;
+            support::until(|| {
+                let (mut conn, lock) = (conn.clone(), lock.clone());
+                async move {
+                    let v: Option<String> = redis::cmd("GET")
+                        .arg(&lock)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
+                }
+            })
+            .await;
+            subscribed(&redis, "linger").await;
+            held.unlock().await.unwrap();
+            let got = task.await.unwrap();
+            assert_eq!(waiter.requests() - before, expected, "round {round}");
+            got.unlock().await.unwrap();
+            let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        }
+    })
+    .await;
+}

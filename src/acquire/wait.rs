@@ -2,9 +2,12 @@
 //!
 //! * The plain mutex queues its waiters in the client: if this client already has waiters on
 //!   the name's channel, a new caller queues behind them without trying first (no barging past
-//!   local waiters). After the first failed attempt the caller joins the local queue
-//!   (subscribing if needed) and tries once more, which closes the window between the failure
-//!   and the subscription. A release wakes the oldest local waiter of each client; only that
+//!   local waiters). If the client still listens to the channel (a subscription lingers after
+//!   its last waiter), the caller joins the local queue before its first attempt, and a busy
+//!   answer (which marked the lock, so its release publishes) is its only attempt until it is
+//!   woken. Otherwise, after the first failed attempt the caller joins the local queue
+//!   (subscribing) and tries once more, which closes the window between the failure and the
+//!   subscription. A release wakes the oldest local waiter of each client; only that
 //!   front waiter keeps a fallback timer, for the moment the holder's lease would run out.
 //! * The queued primitives queue in Redis: the caller always tries first (Redis keeps the
 //!   order), and a busy attempt takes a place in the queue. If this client already listens to
@@ -149,12 +152,15 @@ async fn wait(
         None => notifier.join(channel),
     };
     let mut backoff = Backoff::new(config);
-    // A waiter queued in Redis on a channel this client already listens to registers first; on
-    // any other channel it tries first, so an uncontended acquire never subscribes.
-    let mut waiter: Option<Waiter> = (in_redis && notifier.is_subscribed(channel)).then(join);
-    // Releases reached this client before the first attempt was sent.
-    let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
     let mut must_try = in_redis || !notifier.has_waiters(channel);
+    // A waiter that tries at once on a channel this client already listens to registers first
+    // (a plain mutex's, with no local waiter ahead of it); on any other channel it tries first,
+    // so an uncontended acquire never subscribes.
+    let mut waiter: Option<Waiter> = (must_try && notifier.is_subscribed(channel)).then(join);
+    // Releases reached this client before the first attempt was sent: a busy answer is then
+    // waited out without a second attempt (its mark, or its place, makes the next release tell
+    // this waiter).
+    let heard_from_start = waiter.as_ref().is_some_and(Waiter::push_active);
     let mut queued = false;
     // Counted in the waiters gauge from the moment the name is found busy to the end.
     let mut counted: Option<meter::Waiting> = None;
@@ -215,7 +221,7 @@ async fn wait(
             if !queued {
                 queued = true;
                 counted.get_or_insert_with(|| meter::Waiting::new(engine.family.label()));
-                if !(in_redis && heard_from_start) {
+                if !heard_from_start {
                     if !within(deadline, w.ready()).await {
                         return Err(timed_out(known(&waiter, own_deadline)));
                     }
