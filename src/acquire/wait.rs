@@ -146,10 +146,15 @@ async fn wait(
     let config = &engine.core.config;
     let notifier = &engine.core.notifier;
     let in_redis = attempts.place.is_some();
-    let id = in_redis.then(|| queue::waiter_id(&engine.core.id, &attempts.ask.owner.as_field()));
-    let join = || match &id {
-        Some(id) => notifier.join_named(channel, id),
-        None => notifier.join(channel),
+    // A queued waiter joins under its id (written when it joins: an acquisition that never
+    // waits needs none).
+    let join = || {
+        if in_redis {
+            let id = queue::waiter_id(&engine.core.id, &attempts.ask.owner.as_field());
+            notifier.join_named(channel, &id)
+        } else {
+            notifier.join(channel)
+        }
     };
     let mut backoff = Backoff::new(config);
     let mut must_try = in_redis || !notifier.has_waiters(channel);
