@@ -104,11 +104,13 @@
 //! # Redis layout
 //!
 //! A mutex is `<prefix>:{<name>}` (a string: the hold's fencing token, hold count and owner; its
-//! TTL is the lease), `<prefix>:{<name>}:fence` (the fencing counter) and the channel
-//! `<prefix>:{<name>}:wake`. The queued primitives add
-//! `:holders` and `:queue` (sorted sets timed by the server's clock). Every key of
-//! a name shares the hash tag, so each script touches one slot. The scripts live in `lua/v1/`;
-//! see `lua/README.md` for their contracts.
+//! TTL is the lease), `<prefix>:{<name>}:fence` (a sorted set whose member `~` scores the last
+//! fencing token issued) and the channel `<prefix>:{<name>}:wake`. The queued primitives keep
+//! their state in a hash under `<prefix>:{<name>}` and add `:holders` and `:queue` (sorted sets
+//! timed by the server's clock); a single hold with nobody waiting is a string there instead.
+//! Every key of a name shares the hash tag, so each script touches one slot. A name the client
+//! last saw free is taken in one round trip of plain commands, without a script. The scripts
+//! live in `lua/v1/`; see `lua/README.md` for their contracts.
 //!
 //! # Minimum supported Rust version
 //!

@@ -155,3 +155,63 @@ async fn cancelled_queued_acquires_leave_the_queue_and_redis_clean() {
     })
     .await;
 }
+
+/// An acquisition of a name the client last saw free is one round trip of plain commands:
+/// cancelled at any point of it (before it is sent, in flight, after the grant came back), it
+/// leaves nothing held, for the plain mutex and for a queued primitive's thin hold alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_one_round_trip_acquires_leave_nothing_held() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(120), async {
+        let client = redis.client();
+        for kind in ["mutex", "fair"] {
+            let name = format!("cancel-take-{kind}");
+            let (mutex, fair) = (
+                client.mutex(&name).unwrap(),
+                client.fair_mutex(&name).unwrap(),
+            );
+            let mut cancelled = 0;
+            for round in 0..300u64 {
+                // Taken and let go, so that the client saw the name free again.
+                if round % 10 == 0 || kind == "mutex" {
+                    if kind == "mutex" {
+                        drop(mutex.lock_timeout(Duration::from_secs(10)).await.unwrap());
+                    } else {
+                        drop(fair.lock_timeout(Duration::from_secs(10)).await.unwrap());
+                    }
+                }
+                let after = Duration::from_micros(fastrand::u64(0..400));
+                let outcome = if kind == "mutex" {
+                    tokio::time::timeout(after, mutex.lock())
+                        .await
+                        .map(|g| drop(g.unwrap()))
+                } else {
+                    tokio::time::timeout(after, fair.lock())
+                        .await
+                        .map(|g| drop(g.unwrap()))
+                };
+                cancelled += usize::from(outcome.is_err());
+            }
+            assert!(cancelled > 0, "{kind}: nothing was cancelled");
+            // Free again long before any lease (30 s) could have freed it.
+            let fresh = redis.client();
+            let taken = if kind == "mutex" {
+                let m = fresh.mutex(&name).unwrap();
+                m.lock_timeout(Duration::from_secs(10)).await.map(drop)
+            } else {
+                let m = fresh.fair_mutex(&name).unwrap();
+                m.lock_timeout(Duration::from_secs(10)).await.map(drop)
+            };
+            assert!(
+                taken.is_ok(),
+                "{kind}: a cancelled acquire left the name held: {taken:?}"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !redis.leftovers().await.is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "left behind");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

@@ -210,8 +210,8 @@ impl Bench {
         let redlock = redlock::summary(&records);
         let replicas = replicas::summary(&records);
         println!(
-            "{} mode, {:.0} s, {} server; raw EVALSHA acquire+release, {raw_tasks} tasks: \
-             {raw_cycles_per_s:.0} cycles/s",
+            "{} mode, {:.0} s, {} server; the mutex's requests by hand (raw-evalsha), \
+             {raw_tasks} tasks: {raw_cycles_per_s:.0} cycles/s",
             plan.mode,
             started.elapsed().as_secs_f64(),
             if self.own_server { "own" } else { "given" },

@@ -132,7 +132,7 @@ pub(crate) enum Job<'a> {
 impl Job<'_> {
     pub(crate) fn label(&self, plan: &Plan) -> String {
         match self {
-            Job::Raw(tasks) => format!("raw EVALSHA pairs x{tasks}"),
+            Job::Raw(tasks) => format!("the mutex's requests by hand x{tasks}"),
             Job::Minimal(tasks) => {
                 format!("minimal lock (SET NX PX + compare-and-delete) x{tasks}")
             }

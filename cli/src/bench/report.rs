@@ -162,8 +162,8 @@ pub(crate) fn print_table(records: &[Record]) {
     let scenarios = [
         (
             "uncontended",
-            "uncontended lock+release, each task on its own name (ops/s); \"of raw\": over the raw \
-             EVALSHA pairs at the same task count",
+            "uncontended lock+release, each task on its own name (ops/s); \"of raw\": over the \
+             mutex's own requests sent by hand (raw-evalsha) at the same task count",
         ),
         (
             "handoff",
