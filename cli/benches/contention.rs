@@ -253,7 +253,8 @@ async fn run() -> AnyResult<()> {
             "distkit",
             "distkit-tuned",
         ],
-        out_dir: std::path::PathBuf::from("target/bench"),
+        // The workspace's target directory: `cargo bench` runs this from the package's own.
+        out_dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench"),
         own_server,
         cluster: None,
         redlock,
