@@ -43,6 +43,11 @@ impl Ask {
             tokens: 1,
         }
     }
+
+    /// The last token of the block a grant of first token `fence` takes.
+    fn last_token(self, fence: u64) -> u64 {
+        fence.saturating_add(u64::from(self.tokens.saturating_sub(1)))
+    }
 }
 
 /// The acquisition machinery of one named primitive: what every handle wraps.
@@ -390,16 +395,13 @@ impl Engine {
         let owner = ask.owner.as_field();
         let floor = self.core.backend.clock().now();
         let waiters = self.core.notifier.has_waiters(&self.keys.wake);
-        let free = self.core.tasks.free();
-        // The last token of the block a grant takes.
-        let last = |fence: u64| fence.saturating_add(u64::from(ask.tokens.saturating_sub(1)));
         if let Some(token) = self.proposal(ask, floor) {
             // The string a grant leaves when no waiter of this client marked it is what its
             // release compares and deletes.
             let value = mutex::value(token, waiters, &owner);
             let fence = Fence::Token {
                 token,
-                last: last(token),
+                last: ask.last_token(token),
             };
             if let Some(taken) = self.take(ask, &owner, value, !waiters, fence).await {
                 return taken;
@@ -416,24 +418,7 @@ impl Engine {
             tokens: ask.tokens,
         };
         let sent_at = Instant::now();
-        let (answer, acks) = self
-            .send(&request)
-            .await
-            .inspect_err(|_| free.taken(&self.keys.lock))?;
-        if let Answer::Granted {
-            clock: Some(us), ..
-        } = answer
-        {
-            self.core.backend.clock().heard(us, sent_at);
-        }
-        // A fresh owner's grant found nobody else holding; a busy answer, another holder.
-        match answer {
-            Answer::Granted { fence, .. } if ask.claim.is_fresh() => {
-                free.granted(&self.keys.lock, last(fence), true);
-            }
-            Answer::Granted { .. } => {}
-            Answer::Busy { .. } => free.taken(&self.keys.lock),
-        }
+        let (answer, acks) = self.send_noted(&request, ask, sent_at, true).await?;
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, .. } => {
@@ -443,6 +428,37 @@ impl Engine {
             }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
         })
+    }
+
+    /// Sends an acquire script's `request` for `ask` (sent at `sent_at`) and notes what its
+    /// answer tells: the server clock a grant carries, and for the names this client saw free,
+    /// a fresh owner's grant (its block of tokens; `free`: the grant shows nobody else held the
+    /// name, as a plain mutex's does), or another holder (a busy answer, or an error: a state
+    /// unknown).
+    pub(super) async fn send_noted<R: Request<Reply = Answer>>(
+        &self,
+        request: &R,
+        ask: Ask,
+        sent_at: Instant,
+        free: bool,
+    ) -> Result<(Answer, Option<(u32, u32)>)> {
+        let names = self.core.tasks.free();
+        let (answer, acks) = self
+            .send(request)
+            .await
+            .inspect_err(|_| names.taken(&self.keys.lock))?;
+        match answer {
+            Answer::Granted { fence, clock } => {
+                if let Some(us) = clock {
+                    self.core.backend.clock().heard(us, sent_at);
+                }
+                if ask.claim.is_fresh() {
+                    names.granted(&self.keys.lock, ask.last_token(fence), free);
+                }
+            }
+            Answer::Busy { .. } => names.taken(&self.keys.lock),
+        }
+        Ok((answer, acks))
     }
 
     /// The token an attempt proposes when it is first made in plain commands: a fresh owner's,

@@ -106,24 +106,7 @@ pub(super) async fn run(
         client: &core.id,
     };
     let sent_at = Instant::now();
-    let free = core.tasks.free();
-    let (answer, acks) = engine
-        .send(&request)
-        .await
-        .inspect_err(|_| free.taken(&engine.keys.lock))?;
-    if let Answer::Granted {
-        clock: Some(us), ..
-    } = answer
-    {
-        core.backend.clock().heard(us, sent_at);
-    }
-    match answer {
-        Answer::Granted { fence, .. } if ask.claim.is_fresh() => {
-            free.granted(&engine.keys.lock, fence, false);
-        }
-        Answer::Granted { .. } => {}
-        Answer::Busy { .. } => free.taken(&engine.keys.lock),
-    }
+    let (answer, acks) = engine.send_noted(&request, ask, sent_at, false).await?;
     match answer {
         Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
         Answer::Granted { fence, .. } => {
