@@ -247,6 +247,21 @@ async fn quick_bench_writes_its_json_and_leaves_no_keys() {
                 assert!(r["max_wait_ms"].as_f64().unwrap() > 0.0, "{r}");
             }
         }
+        // The floor of the contended scenario over clients, and each of its rows' share of it.
+        let relay: Vec<_> = of("relay").collect();
+        assert_eq!(relay.len(), 1, "{records:?}");
+        assert_eq!(relay[0]["library"], "publish-relay");
+        assert_eq!(relay[0]["clients"], 4);
+        let passes = relay[0]["ops_per_s"].as_f64().unwrap();
+        assert!(passes > 0.0, "{}", relay[0]);
+        assert!(of("contended-clients").count() > 0);
+        for r in of("contended-clients") {
+            let share = r["of_relay"].as_f64().unwrap();
+            assert!(
+                (share - r["ops_per_s"].as_f64().unwrap() / passes).abs() < 1e-9,
+                "{r}"
+            );
+        }
         // Everything the run wrote is gone.
         let left = keys_starting(&redis, &format!("{}-", redis.prefix)).await;
         assert!(left.is_empty(), "left behind: {left:?}");
@@ -353,8 +368,9 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
 
 /// The script profile, on a server of its own: every configuration's figures on names in use,
 /// the queued primitives' queueing attempt and hand-over on contended names (also a write
-/// lock's to two readers, and two permits' to two waiters), and a reader's and a permit's join
-/// of a holder on either path, in `scripts.json`.
+/// lock's to two readers, and two permits' to two waiters), the server busy and then idle
+/// before each call, and a reader's and a permit's join of a holder on either path, in
+/// `scripts.json`.
 #[test]
 fn script_profile_covers_names_in_use_and_contended_names() {
     let out_dir = std::env::temp_dir().join(unique("redlatch-scripts-test"));
@@ -393,13 +409,22 @@ fn script_profile_covers_names_in_use_and_contended_names() {
         ],
         "{text}"
     );
-    for row in report["contended"].as_array().expect("contended") {
-        for field in ["queue_us", "handover_us"] {
-            assert!(row[field].as_f64().expect(field) > 0.0, "{text}");
-        }
-        // The script call and at least the reads and writes a queue place and a hand-over need.
-        for field in ["queue_commands", "handover_commands"] {
-            assert!(row[field].as_f64().expect(field) >= 5.0, "{text}");
+    assert_eq!(
+        names(&report["contended_idle"]),
+        names(&report["contended"]),
+        "{text}"
+    );
+    assert_eq!(report["idle_gap_ms"], 3, "{text}");
+    for section in ["contended", "contended_idle"] {
+        for row in report[section].as_array().expect(section) {
+            for field in ["queue_us", "handover_us"] {
+                assert!(row[field].as_f64().expect(field) > 0.0, "{text}");
+            }
+            // The script call and at least the reads and writes a queue place and a hand-over
+            // need.
+            for field in ["queue_commands", "handover_commands"] {
+                assert!(row[field].as_f64().expect(field) >= 5.0, "{text}");
+            }
         }
     }
     assert_eq!(

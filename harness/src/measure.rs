@@ -405,6 +405,102 @@ pub async fn raw_mutex_release(
     Ok(reply.first().copied().unwrap_or_default())
 }
 
+/// The floor of a chain of hand-overs through Redis, the reference of the contended scenario
+/// over clients: a message relayed around `clients` clients in a ring, each passing it on the
+/// moment it hears it (a `PUBLISH` on a connection of its own to the next client's channel,
+/// heard on a RESP3 subscription whose reader wakes a waiting task, as redlatch's clients hear
+/// releases). No lock, no script: what a queued hand-over costs at the least on this machine
+/// (a release that names the next holder in another client, who releases in turn), with one
+/// message in flight. Passes per second, counted over `phase` after `warm_up`.
+pub async fn relay_passes(
+    url: &str,
+    prefix: &str,
+    clients: usize,
+    warm_up: Duration,
+    phase: Duration,
+) -> AnyResult<f64> {
+    let clients = clients.max(2);
+    let plain = redis::Client::open(url)?;
+    let info = plain.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let resp3 = redis::Client::open(info.set_redis_settings(settings))?;
+    let channels: Vec<String> = (0..clients)
+        .map(|i| format!("{prefix}:relay:{i}"))
+        .collect();
+    // Per client: its subscription (kept until the end), what it hears, its own connection.
+    let mut ends = Vec::new();
+    for channel in &channels {
+        let heard = Arc::new(tokio::sync::Notify::new());
+        let config = redis::AsyncConnectionConfig::new().set_push_sender(Heard(Arc::clone(&heard)));
+        let mut subscription = resp3
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        subscription.subscribe(channel).await?;
+        let own = plain.get_multiplexed_async_connection().await?;
+        ends.push((subscription, heard, own));
+    }
+    let passes = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (i, (_, heard, own)) in ends.iter().enumerate() {
+        let (heard, mut own) = (Arc::clone(heard), own.clone());
+        let next = channels[(i + 1) % clients].clone();
+        let (passes, stop) = (Arc::clone(&passes), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                heard.notified().await;
+                if stop.load(Ordering::Relaxed) {
+                    return Ok::<_, Box<dyn Error + Send + Sync>>(());
+                }
+                passes.fetch_add(1, Ordering::Relaxed);
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg(&next)
+                    .arg("x")
+                    .query_async(&mut own)
+                    .await?;
+            }
+        }));
+    }
+    let mut first = ends[0].2.clone();
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channels[0])
+        .arg("x")
+        .query_async(&mut first)
+        .await?;
+    tokio::time::sleep(warm_up).await;
+    let (before, started) = (passes.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(phase).await;
+    let counted = passes.load(Ordering::Relaxed).saturating_sub(before);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    // A task waiting to hear is let go (a task still publishing finds the permit next).
+    for (_, heard, _) in &ends {
+        heard.notify_one();
+    }
+    for task in tasks {
+        task.await??;
+    }
+    if counted == 0 {
+        return Err("the relay's message was never passed on".into());
+    }
+    Ok(counted as f64 / elapsed.as_secs_f64())
+}
+
+/// A relay client's subscription reader: each message wakes the client's task.
+struct Heard(Arc<tokio::sync::Notify>);
+
+impl redis::aio::AsyncPushSender for Heard {
+    fn send(&self, info: redis::PushInfo) -> Result<(), redis::aio::SendError> {
+        if info.kind == redis::PushKind::Message {
+            self.0.notify_one();
+        }
+        Ok(())
+    }
+}
+
 /// The minimal correct lock, the floor every library is measured against: `SET key token NX PX`
 /// to acquire, a Lua compare-and-delete by `EVALSHA` to release (no re-entry, no fencing, no
 /// wake-up), `tasks` tasks on distinct names sharing one multiplexed connection (from a pool of

@@ -8,7 +8,9 @@
 //! `EVALSHA`, no library logic) and the minimal lock (`SET NX PX`, then a Lua compare-and-delete:
 //! no re-entry, no fencing, no wake-up) are measured at every task count of the uncontended
 //! scenario, and each uncontended figure is compared with both at the same task count, with the
-//! commands the server ran per cycle (those scripts ran included).
+//! commands the server ran per cycle (those scripts ran included). The contended scenario over
+//! clients has a floor of its own, the publish relay (a message passed around as many clients
+//! by `PUBLISH` and push, no lock), and each of its figures is compared with it.
 //! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
 //! commands a library's scripts run inside Redis and the measurement's own `INFO`.
 
@@ -31,7 +33,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 pub use redlatch_harness::measure::{AnyResult, BoxFut, given_server_note};
 use redlatch_harness::measure::{
-    cleanup, commandstats, cpu_steal, minimal_cycles, raw_cycles, server_commands,
+    cleanup, commandstats, cpu_steal, minimal_cycles, raw_cycles, relay_passes, server_commands,
 };
 use serde_json::{Value, json};
 
@@ -122,6 +124,9 @@ impl Bench {
             }
             jobs.push(Job::Contended(entry, 16, 4, Duration::ZERO));
         }
+        // The floor of the contended scenario over clients: a message relayed around as many
+        // clients, no lock.
+        jobs.push(Job::Relay(4));
         jobs.extend(
             self.entries
                 .iter()
@@ -193,6 +198,25 @@ impl Bench {
         for (r, (of_raw, of_minimal)) in records.iter_mut().zip(ratios) {
             r.of_raw = of_raw;
             r.of_minimal = of_minimal;
+        }
+        // Contended over clients: the share of the relay's passes around as many clients.
+        let relay = |clients: Option<f64>| {
+            records
+                .iter()
+                .find(|r| r.scenario == "relay" && r.clients == clients)
+                .map(|r| r.ops_per_s)
+                .filter(|ops| *ops > 0.0)
+        };
+        let shares: Vec<Option<f64>> = records
+            .iter()
+            .map(|r| {
+                (r.scenario == "contended-clients")
+                    .then(|| relay(r.clients).map(|ops| r.ops_per_s / ops))
+                    .flatten()
+            })
+            .collect();
+        for (r, of_relay) in records.iter_mut().zip(shares) {
+            r.of_relay = of_relay;
         }
         // The headline raw figure: at 32 tasks, or the most tasks measured.
         let headline = records
@@ -291,6 +315,18 @@ impl Bench {
                             })
                     }
                     Job::Uncontended(entry, tasks) => uncontended(entry, tasks, plan.phase).await,
+                    Job::Relay(clients) => {
+                        relay_passes(&self.url, &self.prefix, clients, plan.warm_up, plan.phase)
+                            .await
+                            .map(|ops_per_s| Record {
+                                scenario: "relay",
+                                library: "publish-relay",
+                                tasks: clients,
+                                clients: Some(clients as f64),
+                                ops_per_s,
+                                ..Record::default()
+                            })
+                    }
                     Job::Handoff(entry) => handoff(entry, conn, plan).await,
                     Job::Contended(entry, tasks, clients, cs) => {
                         contended(entry, conn, tasks, clients, cs, plan).await

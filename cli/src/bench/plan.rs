@@ -111,6 +111,8 @@ pub(crate) enum Job<'a> {
     /// The minimal lock (`SET NX PX` and a compare-and-delete) with this many tasks.
     Minimal(usize),
     Uncontended(&'a Entry, usize),
+    /// The publish relay (the floor of a chain of hand-overs) around this many clients.
+    Relay(usize),
     Handoff(&'a Entry),
     /// Tasks over clients, with a critical section.
     Contended(&'a Entry, usize, usize, Duration),
@@ -137,6 +139,7 @@ impl Job<'_> {
                 format!("minimal lock (SET NX PX + compare-and-delete) x{tasks}")
             }
             Job::Uncontended(e, tasks) => format!("uncontended: {} x{tasks}", e.name),
+            Job::Relay(clients) => format!("publish relay around {clients} clients"),
             Job::Handoff(e) => format!("hand-off: {}", e.name),
             Job::Contended(e, tasks, clients, cs) => format!(
                 "contended: {} x{tasks} over {clients} client(s), {} ms critical section",

@@ -7,14 +7,17 @@
 //! ran included).
 //!
 //! Then the queued primitives' scripts on contended names, called by hand: an attempt that
-//! queues behind a holder, and the release that hands the hold over to it; and a newcomer
-//! joining a shared holder (a reader, a permit), by the acquire as clients send it and by its
-//! general path alone.
+//! queues behind a holder, and the release that hands the hold over to it, first with the
+//! server busy, then one call at a time after it sat idle for [`IDLE_GAP`] (what a release
+//! meets between the holds of a hand-off: on a virtual machine an idle vCPU halts, and the
+//! first call after it runs with cold caches); and a newcomer joining a shared holder (a
+//! reader, a permit), by the acquire as clients send it and by its general path alone.
 //!
 //! It runs on a server of the tool's own only: the figures are the server's totals, which
 //! another client's traffic would spoil.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 
@@ -116,7 +119,14 @@ pub async fn profile_scripts(
         rows.push((entry.name.to_owned(), acquire, release));
     }
 
-    let contended = contended(&mut conn, prefix, names).await?;
+    let contended_busy = contended(&mut conn, prefix, names, Pace::Busy).await?;
+    let contended_idle = contended(
+        &mut conn,
+        prefix,
+        names.min(IDLE_NAMES),
+        Pace::Idle(IDLE_GAP),
+    )
+    .await?;
     let joins = joins(&mut conn, prefix, names).await?;
 
     println!(
@@ -147,10 +157,29 @@ pub async fn profile_scripts(
         "contended",
         ["queue", "hand-over"],
         ["queue", "handover"],
-        &contended,
+        &contended_busy,
+    );
+    println!(
+        "\nthe same, one call at a time after the server sat idle {} ms (as between the holds \
+         of a hand-off)",
+        IDLE_GAP.as_millis()
+    );
+    let idle = print_pairs(
+        "contended, idle",
+        ["queue", "hand-over"],
+        ["queue", "handover"],
+        &contended_idle,
     );
     let joined = print_pairs("joining", ["fast", "general"], ["fast", "general"], &joins);
-    Ok(json!({ "names": names, "rows": out, "contended": busy, "joins": joined }))
+    Ok(json!({
+        "names": names,
+        "rows": out,
+        "contended": busy,
+        "contended_idle": idle,
+        "idle_gap_ms": IDLE_GAP.as_millis() as u64,
+        "idle_names": names.min(IDLE_NAMES),
+        "joins": joined,
+    }))
 }
 
 /// The queued primitives' scripts on a contended name, called by hand as the library sends
@@ -165,6 +194,7 @@ async fn contended(
     conn: &mut MultiplexedConnection,
     prefix: &str,
     names: u32,
+    pace: Pace,
 ) -> AnyResult<Vec<(String, Phase, Phase)>> {
     let mut rows = Vec::new();
     // (label, layout, the holder's op and units, the capacity (0: not a semaphore), the
@@ -201,6 +231,7 @@ async fn contended(
         };
         let held = run_all(
             conn,
+            Pace::Busy,
             keys.iter()
                 .map(|k| take_units(k, (op, units), "holder", 0))
                 .collect(),
@@ -221,21 +252,31 @@ async fn contended(
             let calls = waiters
                 .iter()
                 .flat_map(|(owner, op)| keys.iter().map(move |k| take(k, op, owner, 30_000)));
-            run_all(conn, calls.collect()).await
+            run_all(conn, pace, calls.collect()).await
         })
         .await?;
         if queued.iter().any(|r| r.first() != Some(&0)) {
             return Err(format!("{label}: a waiter did not queue").into());
         }
         let (handover, handed) = phase(&mut own, SCRIPTS, names, async {
-            run_all(conn, keys.iter().map(|k| give(k, op, "holder")).collect()).await
+            run_all(
+                conn,
+                pace,
+                keys.iter().map(|k| give(k, op, "holder")).collect(),
+            )
+            .await
         })
         .await?;
         if handed.iter().any(|r| r.first() != Some(&2)) {
             return Err(format!("{label}: a release did not let go").into());
         }
         for (owner, op) in &waiters {
-            run_all(conn, keys.iter().map(|k| give(k, op, owner)).collect()).await?;
+            run_all(
+                conn,
+                Pace::Busy,
+                keys.iter().map(|k| give(k, op, owner)).collect(),
+            )
+            .await?;
         }
         rows.push((label.to_owned(), queue, handover));
     }
@@ -270,6 +311,7 @@ async fn joins(
             };
             let held = run_all(
                 conn,
+                Pace::Busy,
                 keys.iter()
                     .map(|k| take(k, "holder", QueueScript::Acquire))
                     .collect(),
@@ -279,6 +321,7 @@ async fn joins(
             let (join, joined) = phase(&mut own, SCRIPTS, names, async {
                 run_all(
                     conn,
+                    Pace::Busy,
                     keys.iter().map(|k| take(k, "joiner", script)).collect(),
                 )
                 .await
@@ -289,7 +332,7 @@ async fn joins(
             }
             for owner in ["joiner", "holder"] {
                 let give = |k: &String| QueueScript::Release.release(k, want, owner);
-                run_all(conn, keys.iter().map(give).collect()).await?;
+                run_all(conn, Pace::Busy, keys.iter().map(give).collect()).await?;
             }
             phases.push(join);
         }
@@ -333,11 +376,37 @@ fn print_pairs(
     out
 }
 
-/// Runs `calls`, [`IN_FLIGHT`] at a time; their replies.
+/// How the calls of a phase are sent.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// [`IN_FLIGHT`] at a time: the server busy.
+    Busy,
+    /// One at a time, each after the server sat idle this long, as a release meets it
+    /// between the holds of a hand-off.
+    Idle(Duration),
+}
+
+/// The idle time before each call of the idle phases: a hold of the hand-off scenario's.
+const IDLE_GAP: Duration = Duration::from_millis(3);
+
+/// Names of the idle phases (each call waits [`IDLE_GAP`] first).
+const IDLE_NAMES: u32 = 200;
+
+/// Runs `calls` at `pace`; their replies.
 async fn run_all(
     conn: &MultiplexedConnection,
+    pace: Pace,
     calls: Vec<redis::ScriptInvocation<'static>>,
 ) -> AnyResult<Vec<Vec<i64>>> {
+    if let Pace::Idle(gap) = pace {
+        let mut replies = Vec::with_capacity(calls.len());
+        for call in calls {
+            tokio::time::sleep(gap).await;
+            let mut conn = conn.clone();
+            replies.push(call.invoke_async::<Vec<i64>>(&mut conn).await?);
+        }
+        return Ok(replies);
+    }
     Ok(stream::iter(calls)
         .map(|call| {
             let mut conn = conn.clone();

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Default)]
 pub struct Record {
     /// The scenario: `raw`, `uncontended`, `handoff`, `contended`, `contended-1ms`,
-    /// `contended-clients`, `remote-waiter`, `idle`,
+    /// `contended-clients`, `relay` (its floor), `remote-waiter`, `idle`,
     /// `semaphore` or `watchdog`.
     pub scenario: &'static str,
     /// The library configuration (`redlatch-mutex`, `rslock-tuned`...).
@@ -55,6 +55,8 @@ pub struct Record {
     pub of_minimal: Option<f64>,
     /// Uncontended: commands the server ran per cycle, those scripts ran included.
     pub server_commands_per_cycle: Option<f64>,
+    /// Contended over clients: the figure over the publish relay's around as many clients.
+    pub of_relay: Option<f64>,
 }
 
 impl Record {
@@ -82,6 +84,7 @@ impl Record {
             "of_raw": self.of_raw,
             "of_minimal": self.of_minimal,
             "server_commands_per_cycle": self.server_commands_per_cycle,
+            "of_relay": self.of_relay,
         })
     }
 }
@@ -202,6 +205,7 @@ pub(crate) fn print_table(records: &[Record]) {
             .filter(|r| {
                 r.scenario == scenario
                     || (scenario == "uncontended" && matches!(r.scenario, "raw" | "minimal"))
+                    || (scenario == "contended-clients" && r.scenario == "relay")
             })
             .collect();
         if rows.is_empty() {
@@ -247,20 +251,44 @@ pub(crate) fn print_table(records: &[Record]) {
                 }
             }
             "contended" | "contended-1ms" | "contended-clients" => {
+                let clients = scenario == "contended-clients";
                 println!(
-                    "  {:<20} {:>6} {:>10} {:>8} {:>12} {:>7} {:>9}",
-                    "library", "tasks", "acq/s", "re-take", "longest ms", "Jain", "req/acq"
+                    "  {:<20} {:>6} {:>10} {:>8} {:>12} {:>7} {:>9}{}",
+                    "library",
+                    "tasks",
+                    "acq/s",
+                    "re-take",
+                    "longest ms",
+                    "Jain",
+                    "req/acq",
+                    if clients { "  of relay" } else { "" }
                 );
                 for r in rows {
+                    if r.scenario == "relay" {
+                        println!(
+                            "  {:<20} {:>6} {:>10.0}   (passes/s of a message relayed around \
+                             {} clients: the floor)",
+                            r.library, r.tasks, r.ops_per_s, r.tasks
+                        );
+                        continue;
+                    }
+                    let of_relay = r
+                        .of_relay
+                        .map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v));
                     println!(
-                        "  {:<20} {:>6} {:>10.0} {:>7.1}% {:>12} {:>7} {:>9}",
+                        "  {:<20} {:>6} {:>10.0} {:>7.1}% {:>12} {:>7} {:>9}{}",
                         r.library,
                         r.tasks,
                         r.ops_per_s,
                         100.0 * r.retake_share.unwrap_or_default(),
                         fmt_opt(r.max_wait_ms, 1),
                         fmt_opt(r.jain, 3),
-                        fmt_opt(r.requests_per_acq, 2)
+                        fmt_opt(r.requests_per_acq, 2),
+                        if clients {
+                            format!(" {of_relay:>9}")
+                        } else {
+                            String::new()
+                        }
                     );
                 }
             }
