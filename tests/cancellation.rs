@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{TestRedis, until, within};
+use support::{TestRedis, until_within, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_cancelled_acquires_leave_the_lock_free_and_redis_clean() {
@@ -208,13 +208,10 @@ async fn cancelled_one_round_trip_acquires_leave_nothing_held() {
             );
         }
         // The cancelled acquisitions' clean-up runs in the background: wait for it.
-        let cleaned = until(|| async { redis.leftovers().await.is_empty() });
-        if tokio::time::timeout(Duration::from_secs(10), cleaned)
-            .await
-            .is_err()
-        {
-            panic!("left behind: {:?}", redis.leftovers().await);
-        }
+        let cleaned = until_within(Duration::from_secs(10), || async {
+            redis.leftovers().await.is_empty()
+        });
+        assert!(cleaned.await, "left behind: {:?}", redis.leftovers().await);
     })
     .await;
 }

@@ -13,7 +13,7 @@ use redlatch::{Error, Fencing, LockClient, LockClientBuilder};
 use redlatch_harness::check::{Section, overlaps};
 use redlatch_harness::proxy::{Mode, Proxy};
 use redlatch_harness::resource::Resource;
-use support::{RedisServer, racy_increment, unique, until, within};
+use support::{RedisServer, racy_increment, unique, until, until_within, within};
 use tokio::time::Instant;
 
 /// `n` servers, each reached through a proxy, and a key prefix of the test's own.
@@ -171,13 +171,10 @@ async fn sixteen_tasks_over_four_clients_keep_exclusion_and_count_exactly() {
                 .all(|k| k.ends_with(":fence") || k.ends_with(":data"))
         };
         for i in 0..5 {
-            let released = until(|| async { left_alone(&nodes.keys(i).await) });
-            if tokio::time::timeout(Duration::from_secs(5), released)
-                .await
-                .is_err()
-            {
-                panic!("node {i} keeps {:?}", nodes.keys(i).await);
-            }
+            let released = until_within(Duration::from_secs(5), || async {
+                left_alone(&nodes.keys(i).await)
+            });
+            assert!(released.await, "node {i} keeps {:?}", nodes.keys(i).await);
         }
     })
     .await;

@@ -176,6 +176,16 @@ where
     }
 }
 
+/// [`until`], for at most `limit`: whether `check` came to hold in time (for work another task
+/// finishes in the background, whose lateness the caller reports with what it then sees).
+pub async fn until_within<F, Fut>(limit: Duration, check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    tokio::time::timeout(limit, until(check)).await.is_ok()
+}
+
 /// Runs `body` on a runtime of its own in another thread, then drops that runtime with
 /// whatever it still runs (watchdog, release queue, waiters): a process that dies without
 /// cleaning up anything.

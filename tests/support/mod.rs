@@ -10,7 +10,9 @@ use std::ops::{Deref, DerefMut};
 use deadpool_redis::{Config, Pool, Runtime};
 use redlatch::LockClient;
 use redlatch_harness::TestServer;
-pub use redlatch_harness::{RedisServer, crashing, racy_increment, unique, until, within};
+pub use redlatch_harness::{
+    RedisServer, crashing, racy_increment, unique, until, until_within, within,
+};
 
 /// One server for one test, and redlatch clients for it.
 pub struct TestRedis(TestServer);

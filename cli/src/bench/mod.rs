@@ -176,46 +176,34 @@ impl Bench {
         let mut records = measured?;
 
         // Uncontended figures over the raw ones and the minimal lock's of the same task count
-        // (the raw scripts over the minimal lock too).
-        let reference = |scenario: &str, tasks: usize| {
+        // (the raw scripts over the minimal lock too); contended figures over clients over the
+        // relay's passes around as many clients.
+        let reference = |r: &Record, scenario: &str| {
             records
                 .iter()
-                .find(|r| r.scenario == scenario && r.tasks == tasks)
-                .map(|r| r.ops_per_s)
+                .find(|o| {
+                    o.scenario == scenario
+                        && match scenario {
+                            "relay" => o.clients == r.clients,
+                            _ => o.tasks == r.tasks,
+                        }
+                })
+                .map(|o| o.ops_per_s)
                 .filter(|ops| *ops > 0.0)
+                .map(|ops| r.ops_per_s / ops)
         };
-        let ratios: Vec<(Option<f64>, Option<f64>)> = records
+        let ratios: Vec<[Option<f64>; 3]> = records
             .iter()
-            .map(|r| {
-                let of = |scenario| reference(scenario, r.tasks).map(|ops| r.ops_per_s / ops);
-                match r.scenario {
-                    "uncontended" => (of("raw"), of("minimal")),
-                    "raw" => (None, of("minimal")),
-                    _ => (None, None),
-                }
+            .map(|r| match r.scenario {
+                "uncontended" => [reference(r, "raw"), reference(r, "minimal"), None],
+                "raw" => [None, reference(r, "minimal"), None],
+                "contended-clients" => [None, None, reference(r, "relay")],
+                _ => [None; 3],
             })
             .collect();
-        for (r, (of_raw, of_minimal)) in records.iter_mut().zip(ratios) {
+        for (r, [of_raw, of_minimal, of_relay]) in records.iter_mut().zip(ratios) {
             r.of_raw = of_raw;
             r.of_minimal = of_minimal;
-        }
-        // Contended over clients: the share of the relay's passes around as many clients.
-        let relay = |clients: Option<f64>| {
-            records
-                .iter()
-                .find(|r| r.scenario == "relay" && r.clients == clients)
-                .map(|r| r.ops_per_s)
-                .filter(|ops| *ops > 0.0)
-        };
-        let shares: Vec<Option<f64>> = records
-            .iter()
-            .map(|r| {
-                (r.scenario == "contended-clients")
-                    .then(|| relay(r.clients).map(|ops| r.ops_per_s / ops))
-                    .flatten()
-            })
-            .collect();
-        for (r, of_relay) in records.iter_mut().zip(shares) {
             r.of_relay = of_relay;
         }
         // The headline raw figure: at 32 tasks, or the most tasks measured.
