@@ -124,6 +124,17 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         let a = redis.client();
         let b = redis.client();
         let name = "t-queue";
+        // Listens on the name's channel: the release's hand-over message must reach it.
+        let wake = format!("{}:wake", redis.lock_key(name));
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let mut listen = redis::Client::open(format!("{}?protocol=resp3", redis.url))
+            .unwrap()
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new().set_push_sender(tx),
+            )
+            .await
+            .unwrap();
+        listen.subscribe(&wake).await.unwrap();
         in_use(&a, name, LockKind::FairMutex).await;
         let first = a.fair_mutex(name).unwrap().lock().await.unwrap();
         assert_eq!(form(&redis, name).await, "string");
@@ -146,12 +157,31 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         assert_eq!(snapshot.holders.len(), 1);
         assert_eq!(snapshot.holders[0].exclusive_holds, 1);
         let token = first.fencing_token();
-        // The thin hold's release meets the queue state and hands over.
+        // The thin hold's release (the short form: the string alone) meets the queue state
+        // and hands over, telling the head on the name's channel.
         first.unlock().await.unwrap();
+        // Every message the release sent reached `listen` before its answer to this.
+        let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();
+        let mut told = Vec::new();
+        while let Ok(push) = heard.try_recv() {
+            if push.kind == redis::PushKind::Message {
+                let (channel, payload): (String, String) =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
+                        .unwrap();
+                told.push((channel, payload));
+            }
+        }
         let mut tokens = vec![token];
         for w in waiters {
             tokens.push(w.await.unwrap());
         }
+        // `client/owner:fence:ms:ticket`: the head, with the token it holds.
+        let (channel, payload) = told.first().expect("the hand-over was told");
+        assert_eq!(channel, &wake);
+        assert_eq!(
+            payload.split(':').nth(1),
+            Some(tokens[1].to_string().as_str())
+        );
         assert_eq!(*order.lock().unwrap(), vec![0, 1]);
         assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
         assert_eq!(redis.leftovers().await, Vec::<String>::new());

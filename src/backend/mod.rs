@@ -51,8 +51,9 @@ pub(crate) use subscription::{Listener, Requests, Subscriber, channel as subscri
 use crate::error::Result;
 use single::Node;
 
-/// A typed request: one script call and the decoding of its reply.
-pub(crate) trait Request {
+/// A typed request: one script call and the decoding of its reply. `Sync`, so that a boxed
+/// future that borrows it is `Send`.
+pub(crate) trait Request: Sync {
     /// The decoded reply.
     type Reply;
     /// The script call, naming the script `by` hash or source: keys (the first one routes it)
@@ -267,8 +268,14 @@ impl Backend {
         }
         let raw = match &self.servers {
             Servers::Single(node) => node.invoke(request).await?,
+            // Boxed: the cluster's future is large, and every request's future, on any backend,
+            // would be its size (each await of the layers above copies it).
             #[cfg(feature = "cluster")]
-            Servers::Cluster(node) => node.invoke(request).await?,
+            Servers::Cluster(node) => {
+                let invoke: std::pin::Pin<Box<dyn Future<Output = Result<Value>> + Send + '_>> =
+                    Box::pin(node.invoke(request));
+                invoke.await?
+            }
             Servers::Quorum(_) => {
                 return Err(crate::error::Error::Unsupported {
                     what: "this operation on a Redlock client",

@@ -72,9 +72,20 @@ impl Node {
 
     /// The shared multiplexed connection, taken from the pool on first use and after a failure.
     async fn connection(&self) -> Result<MultiplexedConnection> {
-        if let Some(conn) = self.cached() {
-            return Ok(conn);
+        match self.cached() {
+            Some(conn) => Ok(conn),
+            // Connecting is rare and its future large: boxed, it leaves every request's future
+            // the size of its send, which each await of the layers above copies.
+            None => {
+                let connect: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                    Box::pin(self.connect());
+                connect.await
+            }
         }
+    }
+
+    /// Takes a new shared connection (one caller at a time), unless another caller just did.
+    async fn connect(&self) -> Result<MultiplexedConnection> {
         let _single_flight = self.connecting.lock().await;
         if let Some(conn) = self.cached() {
             return Ok(conn);

@@ -8,6 +8,7 @@ use super::reply::{Reply, statuses};
 use super::scripts::{QUEUE_ACQUIRE, QUEUE_EXTEND, QUEUE_RELEASE};
 use super::{Answer, Claim, Family, Op, ms};
 use crate::backend::{By, Call, Request};
+use crate::config::{FENCE_TTL, millis};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 
@@ -149,6 +150,15 @@ impl Request for Release<'_> {
     type Reply = bool;
 
     fn call(&self, by: By) -> Call {
+        // The short form: the meta key and the string alone, the rest derived from them (the
+        // other keys and the channel by their suffixes, the fence key's lifetime the default).
+        if let Some(expected) = self.expected
+            && self.fence_ttl_ms == millis(FENCE_TTL)
+        {
+            let mut call = QUEUE_RELEASE.call(by, 1);
+            call.key(&self.keys.lock).arg(expected);
+            return call;
+        }
         let mut call = QUEUE_RELEASE.call(by, 4);
         for key in self.keys.queued() {
             call.key(key);
@@ -165,6 +175,10 @@ impl Request for Release<'_> {
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
+        // The short form's compare-and-delete: the name went idle.
+        if raw == Value::Int(2) {
+            return Ok(false);
+        }
         let keys = self.keys.queued();
         let (status, reply) = Reply::decode("queue_release", raw, &keys, self.family.layout())?;
         match status {

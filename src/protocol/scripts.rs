@@ -160,8 +160,8 @@ mod tests {
             ),
             (
                 &*QUEUE_RELEASE,
-                "265d1c80159bf4d4b4bc834eca4ecaf33c85cd01",
-                "ceef92dae3353e22cfeac039cfedd226aa77a798",
+                "10008cae35cfe4fb341c2a8a9082fddc814711e5",
+                "bcde5cb9a996b46db6a6152ecab6f4670bca720d",
             ),
             (
                 &*QUEUE_EXTEND,
@@ -193,6 +193,14 @@ mod tests {
             assert_eq!(script.hash(Publish::Plain), plain);
             assert_eq!(script.hash(Publish::Sharded), sharded);
         }
+    }
+
+    /// The short form of `queue_release` derives the fence key's lifetime: the client's.
+    #[test]
+    fn short_release_knows_the_fence_lifetime() {
+        let ms = crate::config::millis(crate::config::FENCE_TTL);
+        let line = format!("local FENCE_TTL_MS = '{ms}'");
+        assert!(include_str!("../../lua/v1/queue_release_thin.lua").contains(&line));
     }
 
     #[test]
