@@ -324,14 +324,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
     let redis = TestRedis::new();
     within(LIMIT, async {
         let mut conn = redis.conn().await;
-        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let mut listen = redis::Client::open(format!("{}?protocol=resp3", redis.url))
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(
-                &redis::AsyncConnectionConfig::new().set_push_sender(tx),
-            )
-            .await
-            .unwrap();
+        let mut listen = redis.listener().await;
         let fair = ("fair:1", "x");
         let rw = ("rwlock:1", "w");
         let read = ("rwlock:1", "r");
@@ -527,7 +520,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
             ] {
                 let key = redis.lock_key(&format!("{case}-{path}"));
                 let wake = format!("{key}:wake");
-                listen.subscribe(&wake).await.unwrap();
+                listen.subscribe(&wake).await;
                 // The first holder takes the idle name as the library does, on either path,
                 // with a lease that ends before what is handed over (so the keys' expiry moves).
                 let (status, token, _) = raw_acquire(
@@ -586,19 +579,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         .unwrap();
                 }
                 assert_eq!(freed, vec![2], "{case} ({path})");
-                // Every message the release sent reached `listen` before its answer to this.
-                let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();
-                let mut messages = Vec::new();
-                while let Ok(push) = heard.try_recv() {
-                    if push.kind == redis::PushKind::Message {
-                        let (channel, payload): (String, String) =
-                            redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
-                                .unwrap();
-                        if channel == wake {
-                            messages.push(payload);
-                        }
-                    }
-                }
+                let messages = listen.messages(&wake).await;
                 let (state, clocked) = state(&mut conn, &key).await;
                 let clocked: std::collections::HashMap<_, _> = clocked.into_iter().collect();
                 // A hand-over names client/owner:token:term:ticket (space-separated); a
@@ -639,7 +620,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 if let Some(last) = last {
                     assert_eq!(clocked["~fence"], last.to_string(), "{case} ({path})");
                 }
-                listen.unsubscribe(&wake).await.unwrap();
+                listen.unsubscribe(&wake).await;
                 seen.push((state, told, clocked));
             }
             let (general, fast) = (seen.pop().unwrap(), seen.pop().unwrap());

@@ -126,15 +126,8 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         let name = "t-queue";
         // Listens on the name's channel: the release's hand-over message must reach it.
         let wake = format!("{}:wake", redis.lock_key(name));
-        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let mut listen = redis::Client::open(format!("{}?protocol=resp3", redis.url))
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(
-                &redis::AsyncConnectionConfig::new().set_push_sender(tx),
-            )
-            .await
-            .unwrap();
-        listen.subscribe(&wake).await.unwrap();
+        let mut listen = redis.listener().await;
+        listen.subscribe(&wake).await;
         in_use(&a, name, LockKind::FairMutex).await;
         let first = a.fair_mutex(name).unwrap().lock().await.unwrap();
         assert_eq!(form(&redis, name).await, "string");
@@ -160,24 +153,15 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         // The thin hold's release (the short form: the string alone) meets the queue state
         // and hands over, telling the head on the name's channel.
         first.unlock().await.unwrap();
-        // Every message the release sent reached `listen` before its answer to this.
-        let _: () = redis::cmd("PING").query_async(&mut listen).await.unwrap();
-        let mut told = Vec::new();
-        while let Ok(push) = heard.try_recv() {
-            if push.kind == redis::PushKind::Message {
-                let (channel, payload): (String, String) =
-                    redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
-                        .unwrap();
-                told.push((channel, payload));
-            }
-        }
+        let told = listen.messages(&wake).await;
         let mut tokens = vec![token];
         for w in waiters {
             tokens.push(w.await.unwrap());
         }
         // `client/owner:fence:ms:ticket`: the head, with the token it holds.
-        let (channel, payload) = told.first().expect("the hand-over was told");
-        assert_eq!(channel, &wake);
+        let payload = told
+            .first()
+            .expect("the hand-over was told on the name's channel");
         assert_eq!(
             payload.split(':').nth(1),
             Some(tokens[1].to_string().as_str())

@@ -28,4 +28,6 @@ mod test_server;
 
 pub use cluster::RedisCluster;
 pub use server::RedisServer;
-pub use test_server::{TestServer, crashing, racy_increment, unique, until, until_within, within};
+pub use test_server::{
+    Listener, TestServer, crashing, racy_increment, unique, until, until_within, within,
+};

@@ -120,6 +120,20 @@ impl TestServer {
         stats.get(command).copied().unwrap_or(0)
     }
 
+    /// A connection that listens to channels (RESP3: what the server pushes goes to the
+    /// listener), subscribed to none yet.
+    pub async fn listener(&self) -> Listener {
+        let (tx, heard) = tokio::sync::mpsc::unbounded_channel();
+        let conn = redis::Client::open(format!("{}?protocol=resp3", self.url))
+            .expect("client")
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new().set_push_sender(tx),
+            )
+            .await
+            .expect("connection");
+        Listener { conn, heard }
+    }
+
     /// Waits until clients have gone quiet: the count of script calls stops moving for 200 ms
     /// (only meaningful while no lease is short enough to be renewed meanwhile). Returns it.
     pub async fn settle(&self) -> u64 {
@@ -132,6 +146,48 @@ impl TestServer {
             }
             last = now;
         }
+    }
+}
+
+/// A connection that listens to channels, and what the server pushed to it.
+#[derive(Debug)]
+pub struct Listener {
+    conn: MultiplexedConnection,
+    heard: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+}
+
+impl Listener {
+    /// Listens to `channel` from now on.
+    pub async fn subscribe(&mut self, channel: &str) {
+        self.conn.subscribe(channel).await.expect("SUBSCRIBE");
+    }
+
+    /// Stops listening to `channel`.
+    pub async fn unsubscribe(&mut self, channel: &str) {
+        self.conn.unsubscribe(channel).await.expect("UNSUBSCRIBE");
+    }
+
+    /// The messages heard on `channel` since the last call, in order (those on other channels
+    /// are dropped). Every message published before this call was answered, on any
+    /// connection, is among them: the server sends it to the listener before its answer to
+    /// the `PING` this sends.
+    pub async fn messages(&mut self, channel: &str) -> Vec<String> {
+        let _: () = redis::cmd("PING")
+            .query_async(&mut self.conn)
+            .await
+            .expect("PING");
+        let mut messages = Vec::new();
+        while let Ok(push) = self.heard.try_recv() {
+            if push.kind == redis::PushKind::Message {
+                let (on, payload): (String, String) =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
+                        .expect("a message: channel and payload");
+                if on == channel {
+                    messages.push(payload);
+                }
+            }
+        }
+        messages
     }
 }
 
