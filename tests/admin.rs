@@ -105,9 +105,23 @@ async fn force_unlock_empties_a_fair_queue_and_its_waiters_queue_again() {
             }));
         }
         support::until(|| async { redis.queued(&client, "queue").await == 2 }).await;
+        let wake = format!("{}:wake", redis.lock_key("queue"));
+        let mut listen = redis.listener().await;
+        listen.psubscribe(&format!("{wake}*")).await;
         let removed = client.force_unlock("queue").await.unwrap();
         assert_eq!(removed.kind, Some(LockKind::FairMutex));
         assert_eq!((removed.holders, removed.waiters), (1, 2));
+        // Both waiters are asked to look again, as `client/owner`, on their client's channel
+        // (the waiters may queue again and be told more after it).
+        let heard = listen.heard().await;
+        let (channel, told) = heard.first().expect("the waiters were told");
+        let entries: Vec<&str> = told.split(' ').collect();
+        assert_eq!(entries.len(), 2, "{told}");
+        for entry in entries {
+            let (waiter_client, owner) = entry.split_once('/').expect("client/owner");
+            assert_eq!(*channel, format!("{wake}:{waiter_client}"));
+            assert!(!owner.is_empty() && !owner.contains(':'), "{entry}");
+        }
         for w in waiters {
             // Tokens keep rising across the removal: the counter survived it.
             assert!(w.await.unwrap() > token);

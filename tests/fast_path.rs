@@ -520,7 +520,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
             ] {
                 let key = redis.lock_key(&format!("{case}-{path}"));
                 let wake = format!("{key}:wake");
-                listen.subscribe(&wake).await;
+                listen.psubscribe(&format!("{wake}*")).await;
                 // The first holder takes the idle name as the library does, on either path,
                 // with a lease that ends before what is handed over (so the keys' expiry moves).
                 let (status, token, _) = raw_acquire(
@@ -579,7 +579,15 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                         .unwrap();
                 }
                 assert_eq!(freed, vec![2], "{case} ({path})");
-                let messages = listen.messages(&wake).await;
+                // Each message names waiters of one client, on that client's channel.
+                let mut messages = Vec::new();
+                for (channel, message) in listen.heard().await {
+                    for entry in message.split(' ') {
+                        let client = entry.split('/').next().unwrap();
+                        assert_eq!(channel, format!("{wake}:{client}"), "{case} ({path})");
+                    }
+                    messages.push(message);
+                }
                 let (state, clocked) = state(&mut conn, &key).await;
                 let clocked: std::collections::HashMap<_, _> = clocked.into_iter().collect();
                 // A hand-over names client/owner:token:term:ticket (space-separated); a
@@ -620,7 +628,7 @@ async fn a_hand_over_on_the_fast_path_leaves_what_the_general_path_leaves() {
                 if let Some(last) = last {
                     assert_eq!(clocked["~fence"], last.to_string(), "{case} ({path})");
                 }
-                listen.unsubscribe(&wake).await;
+                listen.punsubscribe(&format!("{wake}*")).await;
                 seen.push((state, told, clocked));
             }
             let (general, fast) = (seen.pop().unwrap(), seen.pop().unwrap());

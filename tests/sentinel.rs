@@ -56,21 +56,22 @@ impl Monitored {
             .key_prefix(&self.prefix)
     }
 
-    /// Waits until `server` has the waiters of `name` subscribed.
+    /// Waits until `server` has the waiters of `name` subscribed: to the name's channel (a
+    /// mutex's waiters) or to their client's channel of the name (a queued primitive's).
     async fn subscribed(&self, server: &RedisServer, name: &str) {
-        let channel = format!("{}:{{{name}}}:wake", self.prefix);
+        let channels = format!("{}:{{{name}}}:wake*", self.prefix);
         let conn = self.conn(server).await;
         until(|| {
             let mut conn = conn.clone();
-            let channel = channel.clone();
+            let channels = channels.clone();
             async move {
-                let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(&channel)
+                let active: Vec<String> = redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg(&channels)
                     .query_async(&mut conn)
                     .await
                     .expect("PUBSUB");
-                counts.first().is_some_and(|(_, n)| *n > 0)
+                !active.is_empty()
             }
         })
         .await;

@@ -124,10 +124,11 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         let a = redis.client();
         let b = redis.client();
         let name = "t-queue";
-        // Listens on the name's channel: the release's hand-over message must reach it.
+        // Listens on the name's channels: the release's hand-over message must reach the
+        // channel of the waiter's client.
         let wake = format!("{}:wake", redis.lock_key(name));
         let mut listen = redis.listener().await;
-        listen.subscribe(&wake).await;
+        listen.psubscribe(&format!("{wake}*")).await;
         in_use(&a, name, LockKind::FairMutex).await;
         let first = a.fair_mutex(name).unwrap().lock().await.unwrap();
         assert_eq!(form(&redis, name).await, "string");
@@ -151,17 +152,17 @@ async fn a_waiter_turns_a_thin_hold_into_the_queue_and_is_handed_it_in_order() {
         assert_eq!(snapshot.holders[0].exclusive_holds, 1);
         let token = first.fencing_token();
         // The thin hold's release (the short form: the string alone) meets the queue state
-        // and hands over, telling the head on the name's channel.
+        // and hands over, telling the head on its client's channel.
         first.unlock().await.unwrap();
-        let told = listen.messages(&wake).await;
+        let told = listen.heard().await;
         let mut tokens = vec![token];
         for w in waiters {
             tokens.push(w.await.unwrap());
         }
         // `client/owner:fence:ms:ticket`: the head, with the token it holds.
-        let payload = told
-            .first()
-            .expect("the hand-over was told on the name's channel");
+        let (channel, payload) = told.first().expect("the hand-over was told");
+        let client = payload.split('/').next().unwrap();
+        assert_eq!(*channel, format!("{wake}:{client}"));
         assert_eq!(
             payload.split(':').nth(1),
             Some(tokens[1].to_string().as_str())

@@ -5,7 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{TestRedis, within};
+use support::{TestRedis, until, within};
 use tokio::sync::Barrier;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -165,6 +165,69 @@ async fn a_waiter_on_a_channel_still_listened_to_tries_once_before_it_is_woken()
             assert_eq!(waiter.requests() - before, expected, "round {round}");
             got.unlock().await.unwrap();
         }
+    })
+    .await;
+}
+
+/// The channels of `name` that some client listens to, sorted.
+async fn channels(redis: &TestRedis, name: &str) -> Vec<String> {
+    let mut conn = redis.conn().await;
+    let mut active: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{}:wake*", redis.lock_key(name)))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    active.sort();
+    active
+}
+
+/// A queued primitive names its waiters on their own client's channel: a hand-over wakes the
+/// process of the waiter it names and no other, and the name's channel, which every client of
+/// a plain mutex listens on, hears nothing.
+#[tokio::test]
+async fn a_hand_over_reaches_only_the_client_of_the_waiter_it_names() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let name = "own-channel";
+        let wake = format!("{}:wake", redis.lock_key(name));
+        let (holder, first, second) = (redis.client(), redis.client(), redis.client());
+        let held = holder.fair_mutex(name).unwrap().lock().await.unwrap();
+        // One waiter in each of two other clients, in this order: each subscribes to a
+        // channel of its own client, and the name's channel has no listener.
+        let mut waiters = Vec::new();
+        let mut own = Vec::new();
+        for (i, client) in [&first, &second].into_iter().enumerate() {
+            let fair = client.fair_mutex(name).unwrap();
+            waiters.push(tokio::spawn(async move { fair.lock().await.unwrap() }));
+            until(|| async { channels(&redis, name).await.len() == i + 1 }).await;
+            let active = channels(&redis, name).await;
+            let new = active.into_iter().find(|c| !own.contains(c)).unwrap();
+            assert!(new.starts_with(&format!("{wake}:")), "{new}");
+            own.push(new);
+        }
+        let mut listen = redis.listener().await;
+        listen.psubscribe(&format!("{wake}*")).await;
+        held.unlock().await.unwrap();
+        let got = waiters.remove(0).await.unwrap();
+        assert!(got.is_held());
+        // One message, on the first waiter's channel, naming it with the hold it was handed.
+        let heard = listen.heard().await;
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        let (channel, payload) = &heard[0];
+        assert_eq!(*channel, own[0]);
+        let client = payload.split('/').next().unwrap();
+        assert_eq!(*channel, format!("{wake}:{client}"));
+        let token = got.fencing_token().to_string();
+        assert_eq!(payload.split(':').nth(1), Some(token.as_str()));
+        // The second waiter's turn: told on its own channel in turn.
+        got.unlock().await.unwrap();
+        let got = waiters.remove(0).await.unwrap();
+        let heard = listen.heard().await;
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        assert_eq!(heard[0].0, own[1]);
+        got.unlock().await.unwrap();
+        assert_eq!(redis.leftovers().await, Vec::<String>::new());
     })
     .await;
 }

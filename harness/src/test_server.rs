@@ -167,25 +167,51 @@ impl Listener {
         self.conn.unsubscribe(channel).await.expect("UNSUBSCRIBE");
     }
 
+    /// Listens to every channel that matches the glob `pattern` from now on.
+    pub async fn psubscribe(&mut self, pattern: &str) {
+        self.conn.psubscribe(pattern).await.expect("PSUBSCRIBE");
+    }
+
+    /// Stops listening to the channels of `pattern`.
+    pub async fn punsubscribe(&mut self, pattern: &str) {
+        self.conn.punsubscribe(pattern).await.expect("PUNSUBSCRIBE");
+    }
+
     /// The messages heard on `channel` since the last call, in order (those on other channels
     /// are dropped). Every message published before this call was answered, on any
     /// connection, is among them: the server sends it to the listener before its answer to
     /// the `PING` this sends.
     pub async fn messages(&mut self, channel: &str) -> Vec<String> {
+        self.heard()
+            .await
+            .into_iter()
+            .filter(|(on, _)| on == channel)
+            .map(|(_, payload)| payload)
+            .collect()
+    }
+
+    /// Every message heard since the last call, by a subscription or a pattern, as its
+    /// channel and payload, in order (see [`messages`](Self::messages)).
+    pub async fn heard(&mut self) -> Vec<(String, String)> {
         let _: () = redis::cmd("PING")
             .query_async(&mut self.conn)
             .await
             .expect("PING");
         let mut messages = Vec::new();
         while let Ok(push) = self.heard.try_recv() {
-            if push.kind == redis::PushKind::Message {
-                let (on, payload): (String, String) =
-                    redis::FromRedisValue::from_redis_value(redis::Value::Array(push.data))
-                        .expect("a message: channel and payload");
-                if on == channel {
-                    messages.push(payload);
+            let mut data = push.data;
+            match push.kind {
+                redis::PushKind::Message => {}
+                // The pattern first, then the channel and the payload.
+                redis::PushKind::PMessage if !data.is_empty() => {
+                    data.remove(0);
                 }
+                _ => continue,
             }
+            let message: (String, String) =
+                redis::FromRedisValue::from_redis_value(redis::Value::Array(data))
+                    .expect("a message: channel and payload");
+            messages.push(message);
         }
         messages
     }

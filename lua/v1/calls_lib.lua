@@ -1,9 +1,10 @@
 -- name:    calls_lib
 -- layout:  1
--- Prepended to every queue_* script, first: one command over a table of arguments of any
--- length. Lua's unpack puts at most about 8,000 values on the stack, and a hand-over that lets
--- thousands of readers in, or a purge of thousands of holders whose leases ran out, gathers
--- more arguments than that for one command.
+-- Prepended to every queue_* script and to force_unlock, first: one command over a table of
+-- arguments of any length (Lua's unpack puts at most about 8,000 values on the stack, and a
+-- hand-over that lets thousands of readers in, or a purge of thousands of holders whose leases
+-- ran out, gathers more arguments than that for one command); and the messages that name
+-- queued waiters, each on its own client's channel.
 -- KEYS[]:  none (the function takes its key as a parameter)
 -- ARGV[]:  none
 -- returns: nothing (a library)
@@ -30,6 +31,32 @@ local function call_all(cmd, key, args, flag)
     end
   end
   return joined or sum
+end
+
+-- Tells the waiters named in `told` (entries `client/owner[:fence:ms:ticket]`, in order): one
+-- message per client, its entries space-separated in the same order, on that client's own
+-- channel `<channel>:<client>`, so a hand-over wakes the process of the waiter it names and no
+-- other. An entry without a client part goes on `channel` itself.
+local function tell(channel, told)
+  if #told == 1 then
+    local c = string.match(told[1], '^([^/]*)/') or ''
+    redis.call(PUBLISH, c == '' and channel or channel .. ':' .. c, told[1])
+    return
+  end
+  local by, order = {}, {}
+  for _, t in ipairs(told) do
+    local c = string.match(t, '^([^/]*)/') or ''
+    local list = by[c]
+    if not list then
+      list = {}
+      by[c] = list
+      order[#order + 1] = c
+    end
+    list[#list + 1] = t
+  end
+  for _, c in ipairs(order) do
+    redis.call(PUBLISH, c == '' and channel or channel .. ':' .. c, table.concat(by[c], ' '))
+  end
 end
 
 -- ==== end of calls_lib ====

@@ -8,8 +8,8 @@
 -- ARGV[1]: wake-up channel <prefix>:{<name>}:wake
 -- ARGV[2]: lifetime of the fence key in milliseconds
 -- Ends every hold and queue place of the name at once (an administrator's last resort): its
--- keys go, except the fence key (tokens keep rising). Waiting clients are told on the channel
--- and try again; holders find out at their next renewal and see their guards lost.
+-- keys go, except the fence key (tokens keep rising). Waiting clients are told (a mutex's on
+-- the channel, a queue's each on its client's channel) and try again; holders find out at their next renewal and see their guards lost.
 -- returns: {layout, holders, waiters}  what was removed (layout '' when nothing was stored)
 --          {-1, type, i}              KEYS[i] holds data redlatch did not write (keys_lib)
 --          {-2, layout}               the hash is not redlatch's (no or unknown layout tag)
@@ -50,14 +50,15 @@ if bad then return bad end
 local holders = redis.call('ZCARD', h)
 if redis.call('ZSCORE', h, '~') then holders = holders - 1 end
 if redis.call('HEXISTS', m, '~writer') == 1 then holders = holders + 1 end
--- Queue members are client/owner/want; `~` marks the set (see queue_lib).
+-- Queue members are client/owner/want; `~` marks the set (see queue_lib). Each waiter is
+-- asked to look again by `client/owner`, on its client's channel (calls_lib's tell).
 local waiters = {}
 for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-  local o = string.match(w, '^[^/]*/([^/]+)/')
-  if o then waiters[#waiters + 1] = o end
+  local c, o = string.match(w, '^([^/]*)/([^/]+)/')
+  if o then waiters[#waiters + 1] = c .. '/' .. o end
 end
 local fence = redis.call('HGET', m, '~fence')
 if fence then fence_raise(KEYS[4], fence, ARGV[2]) end
 redis.call('DEL', m, h, q)
-if #waiters > 0 then redis.call(PUBLISH, channel, table.concat(waiters, ' ')) end
+if #waiters > 0 then tell(channel, waiters) end
 return {layout, holders, #waiters}

@@ -370,9 +370,10 @@ end
 
 -- Hands the lock over: the waiters at the head of the queue that fit now (as many as the free
 -- permits cover, every reader up to the first writer, or one exclusive waiter) get their hold
--- here, leave the queue, and are told in one message of space-separated
--- `client/owner:fence:ms:ticket` entries on `channel` (the client part keeps apart waits of one
--- owner token in two processes). The first waiter that does not fit stops it, so nobody
+-- here, leave the queue, and are told in space-separated `client/owner:fence:ms:ticket`
+-- entries, one message per client on that client's own channel `<channel>:<client>`
+-- (calls_lib's tell; the client part also keeps apart waits of one owner token in two
+-- processes). The first waiter that does not fit stops it, so nobody
 -- overtakes. The hold's first term (ms) is its lease, cut to the waiter's grace: a waiter that
 -- died in the queue holds the lock no longer than that. The ticket names the place handed
 -- over: a waiter that has since been dropped and queued again (a late message) tells the
@@ -401,7 +402,7 @@ local function handoff(s, channel, now, clock)
     told[#told + 1] = w.client .. '/' .. w.owner .. ':' .. token .. ':' .. term .. ':' .. head[2]
     if w.op ~= 'r' and w.op ~= 's' then break end
   end
-  if #told > 0 then redis.call(PUBLISH, channel, table.concat(told, ' ')) end
+  if #told > 0 then tell(channel, told) end
 end
 
 -- A lease that ends sooner than `~next` said (a short grace or fixed lease) may run out
@@ -419,7 +420,7 @@ local function tell_sooner(s)
       end
     end
   end
-  if #told > 0 then redis.call(PUBLISH, s.channel, table.concat(told, ' ')) end
+  if #told > 0 then tell(s.channel, told) end
 end
 
 -- Writes the state back and returns `reply`. Nobody holding or waiting deletes the keys (and

@@ -136,8 +136,7 @@ do
             expire(m, ends, fields, wop == 's')
             redis.call('HSET', KEYS[1], unpack(fields))
             if not excl then unshare() end
-            redis.call(PUBLISH, ARGV[4],
-                       c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2])
+            tell(ARGV[4], {c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2]})
             return {2}
           end
         elseif goes == 'several' then
@@ -212,7 +211,7 @@ do
             else
               redis.call('HDEL', KEYS[1], '~writer', '~wholds', '~wfence', '~wexp', '~wclient')
             end
-            redis.call(PUBLISH, ARGV[4], table.concat(told, ' '))
+            tell(ARGV[4], told)
             return {2}
           end
           for _, p in ipairs(popped) do redis.call('ZADD', KEYS[3], p[2], p[1]) end

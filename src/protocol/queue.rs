@@ -17,6 +17,17 @@ pub(crate) fn waiter_id(client: &str, owner: &str) -> String {
     format!("{client}/{owner}")
 }
 
+/// The channel on which the scripts name `client`'s waiters of the name whose channel is
+/// `wake`: `<wake>:<client>` (`calls_lib.lua`'s `tell`), so that a hand-over wakes the
+/// process of the waiter it names and no other.
+pub(crate) fn client_channel(wake: &str, client: &str) -> String {
+    let mut channel = String::with_capacity(wake.len() + 1 + client.len());
+    channel.push_str(wake);
+    channel.push(':');
+    channel.push_str(client);
+    channel
+}
+
 /// The thin form's string of a single hold (`queue_lib.lua`): `<layout> <op> <units> <cap>
 /// <token> <owner>`, written under the meta key by the one-round-trip acquire of an idle name
 /// (`super::take`). `token` is 0 for a read hold.

@@ -13,9 +13,10 @@ use crate::backend::Script;
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 
 /// A script: a prelude that names the publish command, then its files in order (a library
-/// first where it has one: `calls_lib.lua` runs a command over any number of arguments,
-/// `keys_lib.lua` recognises foreign data, `queue_lib.lua` is the queue machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for Redis Cluster. A script
-/// marked `once` changes hold counts: its cluster form runs its files as `main` through
+/// first where it has one: `calls_lib.lua` runs a command over any number of arguments and tells
+/// queued waiters on their clients' channels, `keys_lib.lua` recognises foreign data,
+/// `queue_lib.lua` is the queue machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for
+/// Redis Cluster. A script marked `once` changes hold counts: its cluster form runs its files as `main` through
 /// `once_lib.lua`, once per request id.
 macro_rules! script {
     ($name:ident, $($file:literal),+) => {
@@ -100,6 +101,7 @@ script!(ELECT_LEADER, "elect_leader.lua");
 script!(INSPECT, "keys_lib.lua", "mutex_lib.lua", "inspect.lua");
 script!(
     FORCE_UNLOCK,
+    "calls_lib.lua",
     "keys_lib.lua",
     "mutex_lib.lua",
     "force_unlock.lua"
@@ -155,18 +157,18 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "f94f5cef3013ceaae0ccff9962dd732913f5e196",
-                "aec615f6157b03a45f55b512071672b4ca0ba3aa",
+                "97f46c9797758c670c4e31a911a5dda09d0b4df8",
+                "10639eb719622cedb46a711f8bb1312d22a5328c",
             ),
             (
                 &*QUEUE_RELEASE,
-                "10008cae35cfe4fb341c2a8a9082fddc814711e5",
-                "bcde5cb9a996b46db6a6152ecab6f4670bca720d",
+                "961a6030cac6acfc51a59dcb68ff9a9f8cea883c",
+                "4400e3a152fcbdacd7e01c3a43966bb5acd07a03",
             ),
             (
                 &*QUEUE_EXTEND,
-                "a4409db06085000b728620c9fdfcc5900843693b",
-                "f71fa888253568a7a6a79ea42438e5eab39c0db0",
+                "f268d25b246d7c0b03c70add247f96fbeef397ee",
+                "d3491704598a011b3a286ddf0fd2c8b8fb13d2e8",
             ),
             (
                 &*INSPECT,
@@ -175,8 +177,8 @@ mod tests {
             ),
             (
                 &*FORCE_UNLOCK,
-                "025fb6d889910679082709fcd800c648928affe8",
-                "0802f7ea9d048c0bf69bfb280034e1b14b69c1bb",
+                "59508c707bb3da5330eaaac4eccda2ca96a769c6",
+                "15419e5bb0904f10a70f8afe3db5a371b36f0ade",
             ),
             (
                 &*ELECT_PROCLAIM,
