@@ -1,6 +1,7 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) crate's facade (feature `metrics`):
 //! the application installs whichever recorder (exporter) it wants, and without one every call
-//! here costs one check. Without the feature, every function is empty.
+//! here costs one check (each metric's key is a static: see `by_kind`). Without the feature,
+//! every function is empty.
 //!
 //! Labelled by primitive kind only (`kind`: `mutex`, `fair_mutex`, `semaphore`, `rwlock`), never
 //! by name, so the number of series stays bounded however many names a service uses. The names
@@ -24,6 +25,24 @@ use std::time::Duration;
 
 use crate::error::Error;
 
+/// `metrics::$metric!($name, "kind" => kind, ...)` with `kind` written as a literal for every
+/// primitive kind, so that the metric's key is a static, built and hashed once, instead of a
+/// key whose labels are allocated and hashed on every call (which costs that even with no
+/// recorder installed). Further labels must be literals too.
+#[cfg(feature = "metrics")]
+macro_rules! by_kind {
+    ($metric:ident, $name:literal, $kind:expr $(, $key:literal => $value:literal)*) => {
+        match $kind {
+            "mutex" => ::metrics::$metric!($name, "kind" => "mutex" $(, $key => $value)*),
+            "fair_mutex" => ::metrics::$metric!($name, "kind" => "fair_mutex" $(, $key => $value)*),
+            "semaphore" => ::metrics::$metric!($name, "kind" => "semaphore" $(, $key => $value)*),
+            "rwlock" => ::metrics::$metric!($name, "kind" => "rwlock" $(, $key => $value)*),
+            "election" => ::metrics::$metric!($name, "kind" => "election" $(, $key => $value)*),
+            other => ::metrics::$metric!($name, "kind" => other $(, $key => $value)*),
+        }
+    };
+}
+
 /// The `error` label of an error.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 fn error_kind(err: &Error) -> &'static str {
@@ -44,12 +63,11 @@ pub(crate) fn acquire_ended(kind: &'static str, waited: Duration, outcome: Resul
     #[cfg(feature = "metrics")]
     match outcome {
         Ok(()) => {
-            ::metrics::counter!("redlatch_acquisitions_total", "kind" => kind).increment(1);
-            ::metrics::histogram!("redlatch_wait_seconds", "kind" => kind)
-                .record(waited.as_secs_f64());
+            by_kind!(counter, "redlatch_acquisitions_total", kind).increment(1);
+            by_kind!(histogram, "redlatch_wait_seconds", kind).record(waited.as_secs_f64());
         }
         Err(Error::Timeout { .. }) => {
-            ::metrics::counter!("redlatch_timeouts_total", "kind" => kind).increment(1);
+            by_kind!(counter, "redlatch_timeouts_total", kind).increment(1);
         }
         Err(err) => {
             ::metrics::counter!(
@@ -65,7 +83,7 @@ pub(crate) fn acquire_ended(kind: &'static str, waited: Duration, outcome: Resul
 /// A guard let its hold go after holding it for `held`.
 pub(crate) fn let_go(kind: &'static str, held: Duration) {
     #[cfg(feature = "metrics")]
-    ::metrics::histogram!("redlatch_hold_seconds", "kind" => kind).record(held.as_secs_f64());
+    by_kind!(histogram, "redlatch_hold_seconds", kind).record(held.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, held);
 }
@@ -73,7 +91,7 @@ pub(crate) fn let_go(kind: &'static str, held: Duration) {
 /// A hold was found lost while its guard held it.
 pub(crate) fn lost(kind: &'static str) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!("redlatch_leases_lost_total", "kind" => kind).increment(1);
+    by_kind!(counter, "redlatch_leases_lost_total", kind).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = kind;
 }
@@ -83,7 +101,7 @@ pub(crate) fn renewed(kinds: impl Iterator<Item = &'static str>, took: Duration)
     #[cfg(feature = "metrics")]
     {
         for kind in kinds {
-            ::metrics::counter!("redlatch_renewals_total", "kind" => kind).increment(1);
+            by_kind!(counter, "redlatch_renewals_total", kind).increment(1);
         }
         ::metrics::histogram!("redlatch_renewal_seconds").record(took.as_secs_f64());
     }
@@ -95,12 +113,11 @@ pub(crate) fn renewed(kinds: impl Iterator<Item = &'static str>, took: Duration)
 /// tasks.
 pub(crate) fn handed_over(kind: &'static str, local: bool) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(
-        "redlatch_handovers_total",
-        "kind" => kind,
-        "via" => if local { "local" } else { "redis" }
-    )
-    .increment(1);
+    if local {
+        by_kind!(counter, "redlatch_handovers_total", kind, "via" => "local").increment(1);
+    } else {
+        by_kind!(counter, "redlatch_handovers_total", kind, "via" => "redis").increment(1);
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, local);
 }
@@ -116,7 +133,7 @@ pub(crate) struct Waiting {
 impl Waiting {
     pub(crate) fn new(kind: &'static str) -> Self {
         #[cfg(feature = "metrics")]
-        ::metrics::gauge!("redlatch_waiters", "kind" => kind).increment(1.0);
+        by_kind!(gauge, "redlatch_waiters", kind).increment(1.0);
         Self { kind }
     }
 }
@@ -124,6 +141,6 @@ impl Waiting {
 impl Drop for Waiting {
     fn drop(&mut self) {
         #[cfg(feature = "metrics")]
-        ::metrics::gauge!("redlatch_waiters", "kind" => self.kind).decrement(1.0);
+        by_kind!(gauge, "redlatch_waiters", self.kind).decrement(1.0);
     }
 }

@@ -70,7 +70,10 @@ pub(crate) struct Hold {
     /// that form (a plain mutex held once, no waiter marked): its release compares and deletes
     /// it before any library loads, and falls back to reading the lock when it changed.
     pub(crate) value: Option<String>,
-    lost: watch::Sender<bool>,
+    /// Lost: never to be held again.
+    lost: AtomicBool,
+    /// The loss signal, made by the first caller that waits for it (most holds never are).
+    signal: std::sync::OnceLock<watch::Sender<bool>>,
     /// The local waiters this hold passes between (local hand-off): told when it is lost.
     cohort: std::sync::OnceLock<std::sync::Weak<cohort::Cohort>>,
 }
@@ -104,7 +107,8 @@ impl Hold {
             watched: AtomicBool::new(false),
             durable: None,
             value: None,
-            lost: watch::Sender::new(false),
+            lost: AtomicBool::new(false),
+            signal: std::sync::OnceLock::new(),
             cohort: std::sync::OnceLock::new(),
         }
     }
@@ -122,14 +126,17 @@ impl Hold {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.lost.load(Ordering::SeqCst)
     }
 
     /// Marks the hold lost. It never becomes held again.
     pub(crate) fn mark_lost(&self) {
-        let first = self
-            .lost
-            .send_if_modified(|lost| !std::mem::replace(lost, true));
+        let first = !self.lost.swap(true, Ordering::SeqCst);
+        // Pairs with the fence in `lost_signal`: this finds the signal, or it finds the loss.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if first && let Some(signal) = self.signal.get() {
+            signal.send_replace(true);
+        }
         if first && !self.is_ended() {
             crate::meter::lost(self.family.label());
         }
@@ -138,8 +145,19 @@ impl Hold {
         }
     }
 
+    /// The loss signal: says `true` once the hold is lost.
     pub(crate) fn lost_signal(&self) -> watch::Receiver<bool> {
-        self.lost.subscribe()
+        let signal = self
+            .signal
+            .get_or_init(|| watch::Sender::new(self.is_lost()));
+        // A loss marked while the signal was being made may have found none to send on:
+        // with a fence on both sides, either `mark_lost` finds the signal or this finds the
+        // loss.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.is_lost() {
+            signal.send_replace(true);
+        }
+        signal.subscribe()
     }
 
     /// Its guard let it go: it is being released, or is released.
