@@ -9,7 +9,8 @@
 -- ARGV[2]: lifetime of the fence key in milliseconds
 -- Ends every hold and queue place of the name at once (an administrator's last resort): its
 -- keys go, except the fence key (tokens keep rising). Waiting clients are told (a mutex's on
--- the channel, a queue's each on its client's channel) and try again; holders find out at their next renewal and see their guards lost.
+-- the channel, a queue's each on its client's channel) and try again; holders find out at
+-- their next renewal and see their guards lost.
 -- returns: {layout, holders, waiters}  what was removed (layout '' when nothing was stored)
 --          {-1, type, i}              KEYS[i] holds data redlatch did not write (keys_lib)
 --          {-2, layout}               the hash is not redlatch's (no or unknown layout tag)

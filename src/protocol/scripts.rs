@@ -177,8 +177,8 @@ mod tests {
             ),
             (
                 &*FORCE_UNLOCK,
-                "59508c707bb3da5330eaaac4eccda2ca96a769c6",
-                "15419e5bb0904f10a70f8afe3db5a371b36f0ade",
+                "02024418714b2e47a9e3bd717b1ce52f9c094ed2",
+                "3bbb36226a784ef4c38bb07f28b69edcc0de95a3",
             ),
             (
                 &*ELECT_PROCLAIM,
