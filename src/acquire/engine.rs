@@ -17,7 +17,7 @@ use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Lease};
 use crate::meter;
 use crate::protocol::take::{Fence, Take, Taken};
-use crate::protocol::{Answer, Claim, Family, Op, mutex};
+use crate::protocol::{Answer, Claim, Family, Op, mutex, queue};
 use crate::time::after;
 use crate::token::OwnerToken;
 
@@ -64,6 +64,9 @@ pub(crate) struct Engine {
     pub(crate) renew: bool,
     /// Whether its acquisitions wait for replicas.
     pub(crate) durability: Durability,
+    /// A queued primitive's waiters' channel: this client's own of the name
+    /// (`queue::client_channel`), made once per handle rather than per wait.
+    client_wake: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Engine {
@@ -120,7 +123,11 @@ impl Engine {
                          queues or permit counts cannot keep their promises",
             });
         }
+        let client_wake = family
+            .is_queued()
+            .then(|| queue::client_channel(&keys.wake, &core.id).into());
         Ok(Self {
+            client_wake,
             lease: core.config.lease,
             renew: core.config.watchdog,
             durability: core.config.durability,
@@ -130,6 +137,12 @@ impl Engine {
             capacity,
             core,
         })
+    }
+
+    /// The channel its waiters listen on: a queued primitive's are named on their client's
+    /// own channel of the name; the plain mutex's wake-ups go to every client on the name's.
+    pub(super) fn waiters_channel(&self) -> &str {
+        self.client_wake.as_deref().unwrap_or(&self.keys.wake)
     }
 
     /// A fixed lease that the watchdog does not renew.

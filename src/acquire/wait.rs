@@ -143,10 +143,7 @@ async fn wait(
 ) -> Result<Held> {
     let engine = attempts.engine;
     let in_redis = attempts.place.is_some();
-    // A queued waiter is named on its client's own channel; the plain mutex's wake-ups go to
-    // every client on the name's.
-    let own_channel = in_redis.then(|| queue::client_channel(&engine.keys.wake, &engine.core.id));
-    let channel = own_channel.as_deref().unwrap_or(&engine.keys.wake);
+    let channel = engine.waiters_channel();
     let config = &engine.core.config;
     let notifier = &engine.core.notifier;
     // A queued waiter joins under its id (written when it joins: an acquisition that never
