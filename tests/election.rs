@@ -307,9 +307,45 @@ async fn bad_values_and_foreign_data_are_refused_and_left_unchanged() {
             Err(Error::Layout { .. })
         ));
         fair.unlock().await.unwrap();
+        // The same for a name held as a plain mutex (a string under the name's key) and for a
+        // fair mutex taken in plain commands (its thin form, a string too): another primitive,
+        // not foreign data.
+        let plain = client.mutex("m").unwrap().lock().await.unwrap();
+        assert!(matches!(
+            client.election("m").unwrap().leader().await,
+            Err(Error::Layout { found, .. }) if found == "mutex:2"
+        ));
+        plain.unlock().await.unwrap();
+        let thin = client.fair_mutex("t").unwrap();
+        // Seen free once: the next acquisition takes it in plain commands.
+        thin.lock().await.unwrap().unlock().await.unwrap();
+        let held = thin.lock().await.unwrap();
+        let mut conn = redis.conn().await;
+        let kind: String = redis::cmd("TYPE")
+            .arg(format!("{}:{{t}}", redis.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kind, "string", "the fair mutex's thin form");
+        assert!(matches!(
+            client.election("t").unwrap().leader().await,
+            Err(Error::Layout { found, .. }) if found == "fair:1"
+        ));
+        held.unlock().await.unwrap();
+        // A leader whose name an administrator freed, and a plain mutex then took: its
+        // proclaim finds another primitive's string, so it no longer leads.
+        let mut ousted = client.election("o").unwrap().campaign("v").await.unwrap();
+        client.force_unlock("o").await.unwrap();
+        let taker = client.mutex("o").unwrap().lock().await.unwrap();
+        assert!(matches!(
+            ousted.proclaim("w").await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert_eq!(ousted.value(), "v");
+        taker.unlock().await.unwrap();
+        drop(ousted);
 
         // Data redlatch did not write: refused, and left exactly as it was.
-        let mut conn = redis.conn().await;
         let key = format!("{}:{{users}}", redis.prefix);
         let _: () = redis::cmd("SET")
             .arg(&key)

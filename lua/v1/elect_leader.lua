@@ -11,9 +11,18 @@
 --                                     (its term, 0), a resign or a record whose lease ran out
 --                                     (its version), or nothing (0, 0)
 --          {-1, type, 1}              KEYS[1] holds foreign data of that Redis type
---          {-2, layout}               the meta hash carries another layout tag
+--          {-2, layout}               the meta hash carries another layout tag, or the
+--                                     name's key is another primitive's string
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0, 0, 0} end
+if t == 'string' then
+  -- A plain mutex's string (mutex_lib) or a queued primitive's thin hold (keys_lib's
+  -- thin_read): the name is in use as another primitive, which is not foreign data.
+  local v = redis.call('GET', KEYS[1])
+  local other = string.match(v, '^(mutex:%d+) ')
+    or string.match(v, '^(%l+:%d+) [xwrs] %d+ %d+ %d+ %S+$')
+  if other then return {-2, other} end
+end
 if t ~= 'hash' then return {-1, t, 1} end
 local m = redis.call('HMGET', KEYS[1], '~layout', '~writer', '~wfence', '~wexp', '~lterm',
                      '~lseq', '~lvalue')

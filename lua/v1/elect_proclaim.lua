@@ -18,11 +18,21 @@
 -- Message: '=<term>:<seq>' followed by a newline and the value for a proclaim
 -- returns: {1, seq}          written and published, as version seq of the term
 --          {0}               this owner does not hold the election with this term now (its
---                            lease ran out, it resigned, or the name is idle)
+--                            lease ran out, it resigned, the name is idle, or another
+--                            primitive's string holds it)
 --          {-1, type, 1}     KEYS[1] holds foreign data of that Redis type
 --          {-2, layout}      the meta hash carries another layout tag
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0} end
+if t == 'string' then
+  -- Another primitive's string (a plain mutex's, mutex_lib, or a queued primitive's thin
+  -- hold, keys_lib's thin_read): the name was freed and taken since, so this owner does not
+  -- hold the election.
+  local v = redis.call('GET', KEYS[1])
+  if string.match(v, '^mutex:%d+ ') or string.match(v, '^%l+:%d+ [xwrs] %d+ %d+ %d+ %S+$') then
+    return {0}
+  end
+end
 if t ~= 'hash' then return {-1, t, 1} end
 local m = redis.call('HMGET', KEYS[1], '~layout', '~writer', '~wfence', '~wexp', '~lterm',
                      '~lseq')

@@ -182,13 +182,13 @@ mod tests {
             ),
             (
                 &*ELECT_PROCLAIM,
-                "f3a756a92c3374660f184d6244fc5327940ccadd",
-                "a197b692cc80b23eca6c751cfc7f829ade070188",
+                "b6fe3dfc120b3f02236aedbedb7678fdf8f92c61",
+                "37b547cd74b0ded8079d184d1be15480b4ac22e3",
             ),
             (
                 &*ELECT_LEADER,
-                "7d65d916e09bc3fb240cb36850e6db8f2909d4f5",
-                "dc47a1e31c6c9f55b399e6c255406034c0f42c53",
+                "d416b7ac20bcbb3521886a1fd00c27b604aa9aa8",
+                "592ef86b783fd27cf7cd5e5b240a5eabb6c4abe4",
             ),
         ];
         for (script, plain, sharded) in pins {
