@@ -60,7 +60,23 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
         unanswered: AtomicBool::new(false),
     };
     let deadline = timeout.map(|t| after(started, t));
-    let result = wait(&attempts, deadline, timeout.unwrap_or_default()).await;
+    // The first attempt, when it is made before any registration (see `wait`), is made here:
+    // an acquisition it answers never builds the wait, which is boxed so that the uncontended
+    // acquire's future stays small.
+    let first = if tries_unregistered(engine, in_redis) {
+        let sent = Instant::now();
+        match attempts.attempt().await {
+            Ok(Attempt::Acquired(held)) => {
+                crate::timeline::hop("acquired");
+                return Ok(held);
+            }
+            answer => Some((sent, answer)),
+        }
+    } else {
+        None
+    };
+    let waited = timeout.unwrap_or_default();
+    let result = Box::pin(wait(&attempts, deadline, waited, first)).await;
     if result.is_ok() {
         crate::timeline::hop("acquired");
     }
@@ -135,11 +151,22 @@ impl Attempts<'_> {
     }
 }
 
-/// The loop (see the module docs).
+/// Whether a caller's first attempt goes out before it registers as a waiter: it must try at
+/// once (a queued primitive's caller, or a plain mutex's with no local waiter ahead of it) on a
+/// channel this client does not listen to.
+fn tries_unregistered(engine: &Engine, in_redis: bool) -> bool {
+    let channel = engine.waiters_channel();
+    let notifier = &engine.core.notifier;
+    (in_redis || !notifier.has_waiters(channel)) && !notifier.is_subscribed(channel)
+}
+
+/// The loop (see the module docs). `first`: the answer of a first attempt already made without
+/// registering (see [`tries_unregistered`]), and when it was sent.
 async fn wait(
     attempts: &Attempts<'_>,
     deadline: Option<Instant>,
     waited: Duration,
+    mut first: Option<(Instant, Result<Attempt<Held>>)>,
 ) -> Result<Held> {
     let engine = attempts.engine;
     let in_redis = attempts.place.is_some();
@@ -157,11 +184,12 @@ async fn wait(
         }
     };
     let mut backoff = Backoff::new(config);
-    let mut must_try = in_redis || !notifier.has_waiters(channel);
+    let mut must_try = first.is_some() || in_redis || !notifier.has_waiters(channel);
     // A waiter that tries at once on a channel this client already listens to registers first
     // (a plain mutex's, with no local waiter ahead of it); on any other channel it tries first,
     // so an uncontended acquire never subscribes.
-    let mut waiter: Option<Waiter> = (must_try && notifier.is_subscribed(channel)).then(join);
+    let mut waiter: Option<Waiter> =
+        (first.is_none() && must_try && notifier.is_subscribed(channel)).then(join);
     // Releases reached this client before the first attempt was sent: a busy answer is then
     // waited out without a second attempt (its mark, or its place, makes the next release tell
     // this waiter).
@@ -188,8 +216,10 @@ async fn wait(
     };
     loop {
         if must_try {
-            let sent = Instant::now();
-            let answer = attempts.attempt().await;
+            let (sent, answer) = match first.take() {
+                Some(made) => made,
+                None => (Instant::now(), attempts.attempt().await),
+            };
             if let Some(w) = &waiter {
                 w.settled();
             }
