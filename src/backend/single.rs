@@ -32,6 +32,9 @@ pub(crate) struct Node {
     connecting: tokio::sync::Mutex<()>,
     /// Since when requests have been timing out with no answer between.
     stalled_since: std::sync::Mutex<Option<Instant>>,
+    /// Whether `stalled_since` is set: an answer reads only this while requests are answered
+    /// (every answer would otherwise take the lock).
+    stalling: std::sync::atomic::AtomicBool,
     /// The connection of durable calls, whose `WAIT` would block every other request.
     durable: std::sync::OnceLock<Durable>,
 }
@@ -52,6 +55,7 @@ impl Node {
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             stalled_since: std::sync::Mutex::new(None),
+            stalling: std::sync::atomic::AtomicBool::new(false),
             durable: std::sync::OnceLock::new(),
         }
     }
@@ -166,18 +170,25 @@ impl Node {
     /// Notes an answer (`timed_out` false) or a timeout; true when requests have been timing
     /// out for longer than [`STALL`].
     fn stalled(&self, timed_out: bool) -> bool {
+        use std::sync::atomic::Ordering;
+        if !timed_out && !self.stalling.load(Ordering::Acquire) {
+            return false;
+        }
         let Ok(mut since) = self.stalled_since.lock() else {
             return false;
         };
         if !timed_out {
             *since = None;
+            self.stalling.store(false, Ordering::Release);
             return false;
         }
         let first = *since.get_or_insert_with(Instant::now);
         if first.elapsed() >= STALL {
             *since = None;
+            self.stalling.store(false, Ordering::Release);
             return true;
         }
+        self.stalling.store(true, Ordering::Release);
         false
     }
 }
