@@ -16,11 +16,9 @@
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0, 0, 0} end
 if t == 'string' then
-  -- A plain mutex's string (mutex_lib) or a queued primitive's thin hold (keys_lib's
-  -- thin_read): the name is in use as another primitive, which is not foreign data.
-  local v = redis.call('GET', KEYS[1])
-  local other = string.match(v, '^(mutex:%d+) ')
-    or string.match(v, '^(%l+:%d+) [xwrs] %d+ %d+ %d+ %S+$')
+  -- Another primitive's string, read as mutex_lib reads one (a plain mutex's, or a queued
+  -- primitive's thin hold): the name is in use as that primitive, which is not foreign data.
+  local other = string.match(redis.call('GET', KEYS[1]), '^(%l+:%d+) ')
   if other then return {-2, other} end
 end
 if t ~= 'hash' then return {-1, t, 1} end

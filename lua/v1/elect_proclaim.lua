@@ -25,13 +25,10 @@
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0} end
 if t == 'string' then
-  -- Another primitive's string (a plain mutex's, mutex_lib, or a queued primitive's thin
-  -- hold, keys_lib's thin_read): the name was freed and taken since, so this owner does not
-  -- hold the election.
-  local v = redis.call('GET', KEYS[1])
-  if string.match(v, '^mutex:%d+ ') or string.match(v, '^%l+:%d+ [xwrs] %d+ %d+ %d+ %S+$') then
-    return {0}
-  end
+  -- Another primitive's string, read as mutex_lib reads one (a plain mutex's, or a queued
+  -- primitive's thin hold): the name was freed and taken since, so this owner does not hold
+  -- the election.
+  if string.match(redis.call('GET', KEYS[1]), '^%l+:%d+ ') then return {0} end
 end
 if t ~= 'hash' then return {-1, t, 1} end
 local m = redis.call('HMGET', KEYS[1], '~layout', '~writer', '~wfence', '~wexp', '~lterm',

@@ -182,13 +182,13 @@ mod tests {
             ),
             (
                 &*ELECT_PROCLAIM,
-                "b6fe3dfc120b3f02236aedbedb7678fdf8f92c61",
-                "37b547cd74b0ded8079d184d1be15480b4ac22e3",
+                "a142fee0389f72fe2638f72392b96f9c69c22c92",
+                "8c6f86891727bffac1c9a9d3b03a8c36fcafefe4",
             ),
             (
                 &*ELECT_LEADER,
-                "d416b7ac20bcbb3521886a1fd00c27b604aa9aa8",
-                "592ef86b783fd27cf7cd5e5b240a5eabb6c4abe4",
+                "44431e871ade9a7328396552871dc27143cabaac",
+                "ef30530ebfd3612a634287e76bc796816a3ad419",
             ),
         ];
         for (script, plain, sharded) in pins {
