@@ -151,13 +151,16 @@ impl Attempts<'_> {
     }
 }
 
-/// Whether a caller's first attempt goes out before it registers as a waiter: it must try at
-/// once (a queued primitive's caller, or a plain mutex's with no local waiter ahead of it) on a
-/// channel this client does not listen to.
+/// Whether a caller tries at once: a queued primitive's caller always (Redis keeps the order),
+/// a plain mutex's when no local waiter is ahead of it.
+fn tries_at_once(engine: &Engine, in_redis: bool) -> bool {
+    in_redis || !engine.core.notifier.has_waiters(engine.waiters_channel())
+}
+
+/// Whether a caller's first attempt goes out before it registers as a waiter: it tries at once
+/// on a channel this client does not listen to.
 fn tries_unregistered(engine: &Engine, in_redis: bool) -> bool {
-    let channel = engine.waiters_channel();
-    let notifier = &engine.core.notifier;
-    (in_redis || !notifier.has_waiters(channel)) && !notifier.is_subscribed(channel)
+    tries_at_once(engine, in_redis) && !engine.core.notifier.is_subscribed(engine.waiters_channel())
 }
 
 /// The loop (see the module docs). `first`: the answer of a first attempt already made without
@@ -184,7 +187,7 @@ async fn wait(
         }
     };
     let mut backoff = Backoff::new(config);
-    let mut must_try = first.is_some() || in_redis || !notifier.has_waiters(channel);
+    let mut must_try = first.is_some() || tries_at_once(engine, in_redis);
     // A waiter that tries at once on a channel this client already listens to registers first
     // (a plain mutex's, with no local waiter ahead of it); on any other channel it tries first,
     // so an uncontended acquire never subscribes.

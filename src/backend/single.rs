@@ -3,6 +3,7 @@
 //! again after a connection failure or a failover, so a lock operation costs exactly its script
 //! call and no pool check-out round trip.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -13,6 +14,7 @@ use super::Request;
 use super::durable::{Acked, Durable, Want};
 use super::script::{By, Publish, Script, by_source};
 use super::source::Source;
+use crate::config::millis;
 use crate::error::Result;
 
 /// How long requests may go unanswered (each timing out) before the connection is given up for
@@ -30,11 +32,11 @@ pub(crate) struct Node {
     /// The shared connection, and the source's generation when it was made.
     conn: std::sync::Mutex<Option<(MultiplexedConnection, u64)>>,
     connecting: tokio::sync::Mutex<()>,
-    /// Since when requests have been timing out with no answer between.
-    stalled_since: std::sync::Mutex<Option<Instant>>,
-    /// Whether `stalled_since` is set: an answer reads only this while requests are answered
-    /// (every answer would otherwise take the lock).
-    stalling: std::sync::atomic::AtomicBool,
+    /// Since when requests have been timing out with no answer between: milliseconds after
+    /// `epoch`, plus one (0 while they have not been). An atomic, so that an answer costs one
+    /// read and no lock.
+    stalled_since: AtomicU64,
+    epoch: Instant,
     /// The connection of durable calls, whose `WAIT` would block every other request.
     durable: std::sync::OnceLock<Durable>,
 }
@@ -54,8 +56,8 @@ impl Node {
             scripts,
             conn: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            stalled_since: std::sync::Mutex::new(None),
-            stalling: std::sync::atomic::AtomicBool::new(false),
+            stalled_since: AtomicU64::new(0),
+            epoch: Instant::now(),
             durable: std::sync::OnceLock::new(),
         }
     }
@@ -170,26 +172,26 @@ impl Node {
     /// Notes an answer (`timed_out` false) or a timeout; true when requests have been timing
     /// out for longer than [`STALL`].
     fn stalled(&self, timed_out: bool) -> bool {
-        use std::sync::atomic::Ordering;
-        if !timed_out && !self.stalling.load(Ordering::Acquire) {
-            return false;
-        }
-        let Ok(mut since) = self.stalled_since.lock() else {
-            return false;
-        };
         if !timed_out {
-            *since = None;
-            self.stalling.store(false, Ordering::Release);
+            if self.stalled_since.load(Ordering::Relaxed) != 0 {
+                self.stalled_since.store(0, Ordering::Relaxed);
+            }
             return false;
         }
-        let first = *since.get_or_insert_with(Instant::now);
-        if first.elapsed() >= STALL {
-            *since = None;
-            self.stalling.store(false, Ordering::Release);
-            return true;
-        }
-        self.stalling.store(true, Ordering::Release);
-        false
+        let now = millis(self.epoch.elapsed()).saturating_add(1);
+        // The first timeout since an answer sets the start; later ones read it.
+        let first = self
+            .stalled_since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            .err()
+            .unwrap_or(now);
+        // One caller of those that find the stall long enough gives the connection up; the
+        // next timeout starts counting again.
+        now.saturating_sub(first) >= millis(STALL)
+            && self
+                .stalled_since
+                .compare_exchange(first, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 
