@@ -5,6 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redlatch_harness::measure::commandstats;
 use support::{TestRedis, until, within};
 use tokio::sync::Barrier;
 
@@ -142,16 +143,22 @@ async fn waiters_survive_a_lost_subscription() {
 /// subscription lingers after its last waiter) registers before its first attempt: that busy
 /// attempt (which marks the lock) is its only request until the release wakes it, and the
 /// attempt after the message takes the lock. Two requests in all; three when the waiter must
-/// subscribe first and try again.
+/// subscribe first and try again. The attempt after the message goes in plain commands (the
+/// release freed the name, and the busy answer told the waiter the last token issued there),
+/// so the server runs no script for it: once the scripts are loaded, the scripts run in a round
+/// are the waiter's busy attempts and the holder's release.
 #[tokio::test]
 async fn a_waiter_on_a_channel_still_listened_to_tries_once_before_it_is_woken() {
-    let redis = TestRedis::new();
+    // A server of the test's own: its command counts are this test's.
+    let redis = TestRedis::own();
     within(LIMIT, async {
         let holder = redis.client();
         let waiter = redis.client();
         let mutex = waiter.mutex("linger").unwrap();
+        let mut conn = redis.conn().await;
         for (round, expected) in [(0, 3), (1, 2), (2, 2)] {
             let held = holder.mutex("linger").unwrap().lock().await.unwrap();
+            let scripts = commandstats(&mut conn).await.unwrap();
             let before = waiter.requests();
             let task = tokio::spawn({
                 let mutex = mutex.clone();
@@ -163,6 +170,17 @@ async fn a_waiter_on_a_channel_still_listened_to_tries_once_before_it_is_woken()
             held.unlock().await.unwrap();
             let got = task.await.unwrap();
             assert_eq!(waiter.requests() - before, expected, "round {round}");
+            let ran = |stats: &std::collections::HashMap<String, u64>| {
+                stats.get("evalsha").copied().unwrap_or_default()
+            };
+            let after = commandstats(&mut conn).await.unwrap();
+            if round > 0 {
+                assert_eq!(
+                    ran(&after) - ran(&scripts),
+                    expected,
+                    "round {round}: scripts run"
+                );
+            }
             got.unlock().await.unwrap();
         }
     })

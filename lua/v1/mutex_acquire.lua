@@ -32,8 +32,10 @@
 -- one-round-trip acquire could not confirm), gets a new token above every one issued.
 -- returns: {1, fence, holds[, now]}  acquired; holds is this owner's hold count after the
 --                                    call; now, the server clock in µs, when TIME was read
---          {0, pttl}          held by another owner; pttl is its remaining lease in ms (-2:
---                             free, but the claim was `again` and the owner holds nothing)
+--          {0, pttl[, last]}  held by another owner; pttl is its remaining lease in ms (-2:
+--                             free, but the claim was `again` and the owner holds nothing);
+--                             last, the fence key's last token when it has one: a waiter's
+--                             attempt after the release proposes a token above it
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}       KEYS[1] holds another layout
 local lock, fence = KEYS[1], KEYS[2]
@@ -124,4 +126,6 @@ if held.wait ~= 'w' then
   -- A waiter: the holder's release will publish.
   redis.call('SET', lock, mutex_value(held.token, held.holds, 'w', held.owner), 'KEEPTTL')
 end
+local last = redis.pcall('ZSCORE', fence, '~')
+if type(last) == 'string' then return {0, redis.call('PTTL', lock), last} end
 return {0, redis.call('PTTL', lock)}

@@ -469,7 +469,7 @@ impl Engine {
                     names.granted(&self.keys.lock, ask.last_token(fence), free);
                 }
             }
-            Answer::Busy { .. } => names.taken(&self.keys.lock),
+            Answer::Busy { last, .. } => names.busy(&self.keys.lock, last),
         }
         Ok((answer, acks))
     }

@@ -117,7 +117,7 @@ pub(super) async fn run(
             let held = engine.held(ask, owner, fence, sent_at, None);
             Ok(Attempt::Acquired(Engine::replicated(held, acks)?))
         }
-        Answer::Busy { wait, ticket } => {
+        Answer::Busy { wait, ticket, .. } => {
             let (Some(place), Some(ticket)) = (place.as_deref(), ticket) else {
                 return Ok(Attempt::Busy(wait));
             };

@@ -309,7 +309,18 @@ async fn wait(
                     must_try = true;
                     continue;
                 }
-                must_try = w.take_wake() || !w.push_active();
+                must_try = if w.take_wake() {
+                    if !in_redis {
+                        // A release freed the lock: the attempt it calls for goes out in plain
+                        // commands first, which cost the server a fraction of the script (a
+                        // name taken again meanwhile costs the script after them, as any busy
+                        // attempt).
+                        engine.core.tasks.free().freed(&engine.keys.lock);
+                    }
+                    true
+                } else {
+                    !w.push_active()
+                };
             }
             _ = sleep_until(timer) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -8,11 +8,13 @@ use std::sync::Mutex as StdMutex;
 const MOST: usize = 4096;
 
 /// The names this client last saw free: its last acquisition there found nobody else holding,
-/// or its last release there left nobody holding or waiting. Their next fresh acquisition is
+/// its last release there left nobody holding or waiting, or a plain mutex's release that a
+/// waiter of this client heard of left it free. Their next fresh acquisition is
 /// tried in plain commands (the protocol's `Take`), which cost the server a fraction of a
 /// script but cannot wait, queue or re-enter; every other name begins with its script, so a
 /// busy name costs no extra round trip. With each name, the last fencing token this client
-/// issued there (the end of the block a hold took), which its next proposal passes.
+/// knows was issued there (the end of the block a hold of its own took, or what a busy answer
+/// told of another owner's), which its next proposal passes.
 #[derive(Debug, Default)]
 pub(crate) struct FreeNames(StdMutex<HashMap<String, Seen>>);
 
@@ -24,7 +26,7 @@ struct Seen {
 }
 
 impl FreeNames {
-    /// The last token this client issued at the name whose main key is `key`, if it last saw
+    /// The last token this client knows was issued at the name whose main key is `key`, if it last saw
     /// the name free (0 when it did not keep one).
     pub(crate) fn last(&self, key: &str) -> Option<u64> {
         self.map()
@@ -49,14 +51,32 @@ impl FreeNames {
         }
     }
 
+    /// The name was found held by another owner; `last`, the last token issued there when the
+    /// answer told it.
+    pub(crate) fn busy(&self, key: &str, last: Option<u64>) {
+        match last {
+            Some(last) => self.update(key, |seen| {
+                seen.last = seen.last.max(last);
+                seen.free = false;
+            }),
+            None => self.taken(key),
+        }
+    }
+
     /// This client let a hold of the name go: `free` when it told nobody and left nobody
     /// holding or waiting.
     pub(crate) fn released(&self, key: &str, free: bool) {
         if free {
-            self.update(key, |seen| seen.free = true);
+            self.freed(key);
         } else {
             self.taken(key);
         }
+    }
+
+    /// A release, heard by its wake-up message, left the name free: this client's next fresh
+    /// acquisition there is tried in plain commands (what was seen of its tokens stands).
+    pub(crate) fn freed(&self, key: &str) {
+        self.update(key, |seen| seen.free = true);
     }
 
     fn update(&self, key: &str, change: impl FnOnce(&mut Seen)) {
@@ -106,6 +126,17 @@ mod tests {
             None,
             "a queued grant alone does not say free"
         );
+        free.busy("c", Some(9));
+        assert_eq!(free.last("c"), None, "busy is not free");
+        free.freed("c");
+        assert_eq!(
+            free.last("c"),
+            Some(9),
+            "a busy answer's token is passed once the name is freed"
+        );
+        free.busy("c", Some(4));
+        free.freed("c");
+        assert_eq!(free.last("c"), Some(9), "the last token never goes back");
         for i in 0..MOST + 10 {
             free.released(&i.to_string(), true);
         }

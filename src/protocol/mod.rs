@@ -179,10 +179,13 @@ pub(crate) enum Answer {
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
     /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt
     /// left (or kept) the owner waiting in the name's queue: its place's ticket, which a
-    /// hand-over message for that place carries.
+    /// hand-over message for that place carries. `last`: the last fencing token issued at the
+    /// name, when the answer tells it (a plain mutex's), which the attempt after the release
+    /// proposes a token above.
     Busy {
         wait: Option<Duration>,
         ticket: Option<u64>,
+        last: Option<u64>,
     },
 }
 

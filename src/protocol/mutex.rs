@@ -79,6 +79,7 @@ impl Request for Acquire<'_> {
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
                 ticket: None,
+                last: reply.int(2).ok().and_then(|last| u64::try_from(last).ok()),
             }),
             other => Err(reply.unexpected(other)),
         }

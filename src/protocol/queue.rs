@@ -127,6 +127,7 @@ impl Request for Acquire<'_> {
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
                 ticket: u64::try_from(reply.int(2)?).ok().filter(|t| *t > 0),
+                last: None,
             }),
             -3 => Err(Error::CapacityMismatch {
                 name: self.name.to_owned(),

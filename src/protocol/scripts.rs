@@ -137,8 +137,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "8a0e35b1549a9ea9351c714bd0824659bb079dc7",
-                "a4385151592efc3ba0fcdff52ab6cd3fd6be9596",
+                "324ed6828db80a4b3329fd2680f6a64f9f970329",
+                "fb94b25d2385e9a87e97fabbf52ff2fcdeb4a7ed",
             ),
             (
                 &*MUTEX_RELEASE,
