@@ -9,12 +9,13 @@ const MOST: usize = 4096;
 
 /// The names this client last saw free: its last acquisition there found nobody else holding,
 /// its last release there left nobody holding or waiting, or a plain mutex's release that a
-/// waiter of this client heard of left it free. Their next fresh acquisition is
-/// tried in plain commands (the protocol's `Take`), which cost the server a fraction of a
-/// script but cannot wait, queue or re-enter; every other name begins with its script, so a
-/// busy name costs no extra round trip. With each name, the last fencing token this client
-/// knows was issued there (the end of the block a hold of its own took, or what a busy answer
-/// told of another owner's), which its next proposal passes.
+/// waiter of this client heard of left it free. Their next fresh acquisition is tried in plain
+/// commands (the protocol's `Take`), which cost the server a fraction of a script but cannot
+/// wait, queue or re-enter; every other name begins with its script, so a busy name costs no
+/// extra round trip (but a woken waiter's, when the name was taken again meanwhile). With each
+/// name, the last fencing token this client knows was issued there (the end of the block a
+/// hold of its own took, or what a busy answer told of another owner's), which its next
+/// proposal passes.
 #[derive(Debug, Default)]
 pub(crate) struct FreeNames(StdMutex<HashMap<String, Seen>>);
 
@@ -26,8 +27,8 @@ struct Seen {
 }
 
 impl FreeNames {
-    /// The last token this client knows was issued at the name whose main key is `key`, if it last saw
-    /// the name free (0 when it did not keep one).
+    /// The last token this client knows was issued at the name whose main key is `key`, if it
+    /// last saw the name free (0 when it did not keep one).
     pub(crate) fn last(&self, key: &str) -> Option<u64> {
         self.map()
             .get(key)
