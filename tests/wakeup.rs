@@ -187,6 +187,85 @@ async fn a_waiter_on_a_channel_still_listened_to_tries_once_before_it_is_woken()
     .await;
 }
 
+/// A release whose hold had to wait likely tells a waiter, and goes out behind a `PING` in the
+/// same round trip: Redis writes the answers of one pass of its loop to the clients that got
+/// one last first, so the `PING` puts the releaser's answer behind the waiter's message. A
+/// hold taken without waiting is released by its script alone; a server that lost its scripts
+/// in between is sent the release's source.
+#[tokio::test]
+async fn a_release_after_a_wait_goes_out_behind_a_ping() {
+    // A server of the test's own: its command counts are this test's.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (a, b) = (redis.client(), redis.client());
+        let mut conn = redis.conn().await;
+        let pings = |stats: &std::collections::HashMap<String, u64>| {
+            stats.get("ping").copied().unwrap_or_default()
+        };
+        for fair in [false, true] {
+            let name = if fair { "ping-fair" } else { "ping-mutex" };
+            let lock = |client: &redlatch::LockClient| {
+                let client = client.clone();
+                async move {
+                    if fair {
+                        client.fair_mutex(name).unwrap().lock().await.unwrap()
+                    } else {
+                        client.mutex(name).unwrap().lock().await.unwrap()
+                    }
+                }
+            };
+            // Blocked: the waiter is marked in the lock (plain mutex) or queued, and listens.
+            let blocked = |client: &redlatch::LockClient| {
+                let client = client.clone();
+                let redis = &redis;
+                async move {
+                    if fair {
+                        until(|| async { redis.queued(&client, name).await == 1 }).await;
+                    } else {
+                        redis.marked(name).await;
+                        subscribed(redis, name).await;
+                    }
+                }
+            };
+            let first = lock(&a).await;
+            let waiter = tokio::spawn(lock(&b));
+            blocked(&b).await;
+            let before = commandstats(&mut conn).await.unwrap();
+            first.unlock().await.unwrap();
+            let second = waiter.await.unwrap();
+            let after = commandstats(&mut conn).await.unwrap();
+            assert_eq!(
+                pings(&after),
+                pings(&before),
+                "{name}: a hold taken at once"
+            );
+            // The second hold waited: its release goes behind a PING, and a server without
+            // the scripts gets the source.
+            let waiter = tokio::spawn(lock(&a));
+            blocked(&a).await;
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let before = commandstats(&mut conn).await.unwrap();
+            let token = second.fencing_token();
+            second.unlock().await.unwrap();
+            let third = waiter.await.unwrap();
+            let after = commandstats(&mut conn).await.unwrap();
+            assert_eq!(
+                pings(&after) - pings(&before),
+                1,
+                "{name}: a hold that waited"
+            );
+            assert!(third.fencing_token() > token);
+            third.unlock().await.unwrap();
+        }
+        assert_eq!(redis.leftovers().await, Vec::<String>::new());
+    })
+    .await;
+}
+
 /// The channels of `name` that some client listens to, sorted.
 async fn channels(redis: &TestRedis, name: &str) -> Vec<String> {
     let mut conn = redis.conn().await;
