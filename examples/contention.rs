@@ -316,7 +316,16 @@ async fn handoff(a: &LockClient, b: &LockClient, samples: u64) -> AnyResult<Hist
         AnyMutex::new(b, false, "handoff")?,
     ];
     let deadline = Instant::now() + Duration::from_secs(60);
-    handoff_run(contenders, samples, 1_000..5_000, deadline).await
+    // Both clients run on this runtime: the demo's processes are stand-ins in one.
+    let here = tokio::runtime::Handle::current();
+    handoff_run(
+        contenders,
+        [here.clone(), here],
+        samples,
+        1_000..5_000,
+        deadline,
+    )
+    .await
 }
 
 /// The two mutexes, for the runs that compare them.

@@ -872,13 +872,14 @@ pub async fn contended_run<C: Contend>(
 }
 
 /// Hand-offs between two tasks taking turns on one lock, each with its own contender (in its
-/// own client). The holder waits until the other task is inside its acquire call, holds a
+/// own client) and run on its client's runtime (`runtimes`). The holder waits until the other task is inside its acquire call, holds a
 /// random `hold_us` more, and releases; a sample is the time from the start of the release to
 /// the waiter's acquire returning. The releaser asks again only after the other task has the
 /// lock, so every sample is a hand-off to a different task that was already blocked. Ends at
 /// `samples` samples, or at `deadline` with what it has.
 pub async fn handoff_run<C: Contend>(
     contenders: [C; 2],
+    runtimes: [tokio::runtime::Handle; 2],
     samples: u64,
     hold_us: std::ops::Range<u64>,
     deadline: Instant,
@@ -890,7 +891,7 @@ pub async fn handoff_run<C: Contend>(
     let released = Arc::new(std::sync::Mutex::new(None::<(usize, Instant)>));
     let done = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for (id, contender) in contenders.into_iter().enumerate() {
+    for (id, (contender, runtime)) in contenders.into_iter().zip(runtimes).enumerate() {
         let (hist, waiting, released, done, hold_us) = (
             Arc::clone(&hist),
             Arc::clone(&waiting),
@@ -898,7 +899,7 @@ pub async fn handoff_run<C: Contend>(
             Arc::clone(&done),
             hold_us.clone(),
         );
-        tasks.push(tokio::spawn(async move {
+        tasks.push(runtime.spawn(async move {
             loop {
                 waiting[id].store(true, Ordering::SeqCst);
                 let guard = contender.take().await?;

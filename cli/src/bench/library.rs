@@ -46,6 +46,72 @@ pub(super) fn counting<'a>(
     }
 }
 
+/// Two clients of a library, each on a runtime of its own with one worker thread: stand-ins
+/// for two processes, which share no scheduler and no timer. (On one runtime, a release that
+/// wakes the runtime also fires the other client's timers that are due, so a waiter that polls
+/// every millisecond tries right after each release, which it would not in another process.)
+pub(super) struct Pair {
+    runtimes: [Option<tokio::runtime::Runtime>; 2],
+    /// The clients, in the order of [`handles`](Self::handles).
+    pub(super) libs: [Arc<dyn Library>; 2],
+}
+
+impl Pair {
+    /// Connects two clients of `entry`, each on its own runtime.
+    pub(super) async fn connect(entry: &Entry) -> AnyResult<Self> {
+        let mut runtimes = Vec::new();
+        let mut libs = Vec::new();
+        for i in 0..2 {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(format!("client-{i}"))
+                .enable_all()
+                .build()?;
+            let connect = Arc::clone(&entry.connect);
+            let lib = runtime
+                .spawn(async move { connect().await.map_err(|e| e.to_string()) })
+                .await??;
+            runtimes.push(Some(runtime));
+            libs.push(lib);
+        }
+        let (Ok(runtimes), Ok(libs)) = (runtimes.try_into(), libs.try_into()) else {
+            return Err("two clients".into());
+        };
+        Ok(Self { runtimes, libs })
+    }
+
+    /// A contender on `name` for each client, made on its runtime.
+    pub(super) async fn contenders(&self, name: &str) -> AnyResult<[Box<dyn Contender>; 2]> {
+        let mut out = Vec::new();
+        for (lib, handle) in self.libs.iter().zip(self.handles()) {
+            let (lib, name) = (Arc::clone(lib), name.to_owned());
+            let contender = handle
+                .spawn(async move { lib.contender(&name, None).await.map_err(|e| e.to_string()) })
+                .await??;
+            out.push(contender);
+        }
+        out.try_into().map_err(|_| "two contenders".into())
+    }
+
+    /// The runtimes' handles, to run each client's tasks on.
+    pub(super) fn handles(&self) -> [tokio::runtime::Handle; 2] {
+        let handle = |r: &Option<tokio::runtime::Runtime>| {
+            r.as_ref()
+                .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone())
+        };
+        [handle(&self.runtimes[0]), handle(&self.runtimes[1])]
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // Dropped inside the main runtime: its own runtimes stop without blocking it.
+        for runtime in self.runtimes.iter_mut().filter_map(Option::take) {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// One task's handle on one lock.
 pub trait Contender: Send + Sync {
     /// Waits for the lock as the library waits by default.

@@ -13,7 +13,7 @@ use redlatch_harness::measure::{
     requests, script_commands,
 };
 
-use super::library::{Contender, Entry, Library, counting};
+use super::library::{Contender, Entry, Library, Pair, counting};
 use super::plan::Plan;
 use super::report::Record;
 
@@ -79,7 +79,8 @@ pub(crate) async fn latency(entry: &Entry, phase: Duration) -> AnyResult<Record>
     })
 }
 
-/// One holder and one waiter, in two clients, taking turns. The holder waits until the other
+/// One holder and one waiter, in two clients on runtimes of their own ([`Pair`]), taking
+/// turns. The holder waits until the other
 /// task is inside `lock()`, holds a random `hold` more (1 to 5 ms by default), and releases;
 /// the sample is the time from the start of the release to the waiter's `lock()` returning.
 /// The releaser asks again only after the other task has the lock, so every sample is a
@@ -98,19 +99,23 @@ pub(crate) async fn handoff(
     let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
     let name = format!("h{}", fastrand::u32(..));
     // Two clients: stand-ins for two processes, kept until the run ends.
-    let (a, b) = ((entry.connect)().await?, (entry.connect)().await?);
-    let libs = [Arc::clone(&a), Arc::clone(&b)];
+    let pair = Pair::connect(entry).await?;
     let mut count = None;
-    let counted = counting(entry, &libs, &mut count);
+    let counted = counting(entry, &pair.libs, &mut count);
     let before = counted.read(conn).await?;
-    let contenders = [
-        a.contender(&name, None).await?,
-        b.contender(&name, None).await?,
-    ];
+    let contenders = pair.contenders(&name).await?;
     let deadline = Instant::now() + plan.handoff_limit;
-    let h = handoff_run(contenders, plan.handoff_samples, hold_us, deadline).await?;
+    let h = handoff_run(
+        contenders,
+        pair.handles(),
+        plan.handoff_samples,
+        hold_us,
+        deadline,
+    )
+    .await?;
     let sent = counted.between(&before, &counted.read(conn).await?);
-    drop((a, b));
+    drop(count);
+    drop(pair);
     let mean_s = h.mean() / 1e6;
     Ok(Record {
         scenario: "handoff",

@@ -13,7 +13,7 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-use super::library::Entry;
+use super::library::{Entry, Pair};
 use super::plan::Plan;
 
 /// The events' target (see redlatch's `timeline` module).
@@ -131,18 +131,22 @@ pub async fn timeline(entries: &[Entry], plan: &Plan) -> AnyResult<Value> {
     );
     for entry in entries.iter().filter(|e| e.name != "redlatch-rwlock-read") {
         let name = format!("t{}", fastrand::u32(..));
-        let (a, b) = ((entry.connect)().await?, (entry.connect)().await?);
-        let contenders = [
-            a.contender(&name, None).await?,
-            b.contender(&name, None).await?,
-        ];
+        let pair = Pair::connect(entry).await?;
+        let contenders = pair.contenders(&name).await?;
         if let Ok(mut e) = events.lock() {
             e.clear();
         }
         let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
         let deadline = Instant::now() + plan.handoff_limit;
-        handoff_run(contenders, plan.handoff_samples, hold_us, deadline).await?;
-        drop((a, b));
+        handoff_run(
+            contenders,
+            pair.handles(),
+            plan.handoff_samples,
+            hold_us,
+            deadline,
+        )
+        .await?;
+        drop(pair);
         let recorded = events.lock().map(|e| e.clone()).unwrap_or_default();
         let cuts = cuts(&recorded);
         let mut hops = Vec::new();
