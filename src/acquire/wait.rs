@@ -77,9 +77,8 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     };
     let waited = timeout.unwrap_or_default();
     let result = Box::pin(wait(&attempts, deadline, waited, first)).await;
-    if let Ok(held) = &result {
+    if result.is_ok() {
         crate::timeline::hop("acquired");
-        held.hold().mark_contended();
     }
     // Dropping the place leaves the queue, unless an attempt took the lock (which removed the
     // place in Redis and disarmed its lease).

@@ -263,33 +263,10 @@ impl Backend {
     /// go through [`as_quorum`](Self::as_quorum): one reply cannot stand for the servers'
     /// votes.
     pub(crate) async fn run<R: Request>(&self, request: &R) -> Result<R::Reply> {
-        self.run_ordered(request, false).await
-    }
-
-    /// Runs `request`; `message_first`: it likely publishes a wake-up, and its message should
-    /// leave the server before its answer does. On one server it then goes out behind a `PING`
-    /// in the same round trip. Redis writes the replies of one pass of its event loop to the
-    /// clients that got one, the last client to get one first (`putClientInPendingWriteQueue`
-    /// links it at the head of the list that `handleClientsWithPendingWrites` walks): a
-    /// script's `PUBLISH` puts the subscriber there before the script's answer puts the caller,
-    /// so the caller's answer would be written first and the waiter's message after it, a
-    /// wake-up of the caller's process later (tens of µs on a virtual machine). The `PING`'s
-    /// answer puts the caller there first. A Redis Cluster (no key to route the `PING` by)
-    /// runs it as [`run`](Self::run) does.
-    ///
-    /// # Errors
-    ///
-    /// As [`run`](Self::run).
-    pub(crate) async fn run_ordered<R: Request>(
-        &self,
-        request: &R,
-        message_first: bool,
-    ) -> Result<R::Reply> {
         if self.as_quorum().is_none() {
             self.count();
         }
         let raw = match &self.servers {
-            Servers::Single(node) if message_first => node.invoke_message_first(request).await?,
             Servers::Single(node) => node.invoke(request).await?,
             // Boxed: the cluster's future is large, and every request's future, on any backend,
             // would be its size (each await of the layers above copies it).

@@ -112,35 +112,6 @@ impl Node {
         self.send(&by_hash, source).await
     }
 
-    /// Runs a script by its SHA1 behind a `PING`, in one round trip, so that a message it
-    /// publishes is written before its answer (see `Backend::run_ordered`), and returns its raw
-    /// reply. A server that lacks the script is sent its source, alone.
-    pub(crate) async fn invoke_message_first<R: Request>(&self, request: &R) -> Result<Value> {
-        let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
-        let mut conn = self.connection().await?;
-        let mut pipe = Pipeline::with_capacity(2);
-        pipe.ignore_errors();
-        pipe.cmd("PING").add_command(by_hash.clone());
-        let replies: redis::RedisResult<Vec<Value>> = pipe.query_async(&mut conn).await;
-        let reply = match replies.map(|mut r| r.pop()) {
-            Ok(Some(Value::ServerError(err))) => {
-                let err = redis::RedisError::from(err);
-                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-                    by_source(&by_hash, source).query_async(&mut conn).await
-                } else {
-                    Err(err)
-                }
-            }
-            Ok(Some(value)) => Ok(value),
-            Ok(None) => Err(redis::RedisError::from((
-                ErrorKind::Client,
-                "no reply to the script behind a PING",
-            ))),
-            Err(err) => Err(err),
-        };
-        self.answered(reply)
-    }
-
     /// Sends `by_hash`, the `EVALSHA` call of the script whose source is `source` (sent
     /// instead, by `EVAL`, to a server that lacks it), and returns its raw reply.
     pub(crate) async fn send(&self, by_hash: &Cmd, source: &str) -> Result<Value> {

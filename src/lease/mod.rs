@@ -59,10 +59,6 @@ pub(crate) struct Hold {
     /// A release handed this hold over: the watchdog renews it once even if its lease is
     /// fixed, and that renewal is also the waiter's answer (see `queue_lib.lua`).
     handed: AtomicBool,
-    /// Its acquisition waited (the name was busy, or this client listened for its releases):
-    /// its own release likely tells a waiter, and goes out so that the message leaves the
-    /// server first (`Backend::run_ordered`).
-    contended: AtomicBool,
     /// Its guard let it go (released, or handed to the release queue).
     ended: AtomicBool,
     /// The watchdog task took it into its schedule (a hold let go before the task saw it never
@@ -107,7 +103,6 @@ impl Hold {
             drift,
             expires_at: StdMutex::new(after(sent_at, drift.validity(lease))),
             handed: AtomicBool::new(false),
-            contended: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             durable: None,
@@ -178,16 +173,6 @@ impl Hold {
         if self.watched.load(Ordering::SeqCst) {
             watchdog.forget(self.id);
         }
-    }
-
-    /// Its acquisition waited: see [`Hold::is_contended`].
-    pub(crate) fn mark_contended(&self) {
-        self.contended.store(true, Ordering::Relaxed);
-    }
-
-    /// Its acquisition waited, so its release likely tells a waiter.
-    pub(crate) fn is_contended(&self) -> bool {
-        self.contended.load(Ordering::Relaxed)
     }
 
     /// A release handed this hold over.

@@ -67,35 +67,34 @@ pub(crate) async fn release(backend: &Backend, free: &FreeNames, hold: &Hold) ->
     released
 }
 
-/// The release of a hold whose acquisition waited likely tells a waiter: it goes out so that
-/// the message leaves the server first ([`Backend::run_ordered`]).
 async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
     if let Some(quorum) = backend.as_quorum() {
         return super::quorum::release(quorum, hold).await.map(|()| false);
     }
-    let message_first = hold.is_contended();
     match hold.family {
         Family::Mutex => {
-            let request = mutex::Release {
-                name: &hold.name,
-                keys: &hold.keys,
-                owner: &hold.owner,
-                message: None,
-                expected: hold.value.as_deref(),
-            };
-            backend.run_ordered(&request, message_first).await
+            backend
+                .run(&mutex::Release {
+                    name: &hold.name,
+                    keys: &hold.keys,
+                    owner: &hold.owner,
+                    message: None,
+                    expected: hold.value.as_deref(),
+                })
+                .await
         }
         family => {
-            let request = queue::Release {
-                name: &hold.name,
-                keys: &hold.keys,
-                family,
-                op: hold.op,
-                owner: &hold.owner,
-                fence_ttl_ms: millis(FENCE_TTL),
-                expected: hold.value.as_deref(),
-            };
-            backend.run_ordered(&request, message_first).await
+            backend
+                .run(&queue::Release {
+                    name: &hold.name,
+                    keys: &hold.keys,
+                    family,
+                    op: hold.op,
+                    owner: &hold.owner,
+                    fence_ttl_ms: millis(FENCE_TTL),
+                    expected: hold.value.as_deref(),
+                })
+                .await
         }
     }
 }
