@@ -10,9 +10,12 @@
 //! ```
 //!
 //! It writes `target/bench/contention.json` and `target/bench/contention.svg`. The peers run at
-//! their documented defaults and, as `*-tuned`, at the shortest retry delay that still waits:
-//! 1 ms for both (rslock draws its delay from `0..delay`, which is empty at 0; distkit treats 0
-//! as "one attempt, no waiting").
+//! their documented defaults and, as `*-tuned`, at the shortest retry delay their APIs take:
+//! 1 ms for both (distkit treats 0 as "one attempt, no waiting"). distkit then polls every
+//! millisecond (a `tokio::time::interval`). rslock draws its pause from `0..delay` in whole
+//! milliseconds, which at 1 ms is always 0 (and at 0 an empty range): its tuned waiter tries
+//! again as soon as an attempt fails, a `SET NX` and its unlock script each time, a spin at the
+//! pace of the round trip.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -96,26 +96,13 @@ pub(crate) async fn handoff(
     conn: &mut MultiplexedConnection,
     plan: &Plan,
 ) -> AnyResult<Record> {
-    let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
-    let name = format!("h{}", fastrand::u32(..));
     // Two clients: stand-ins for two processes, kept until the run ends.
     let pair = Pair::connect(entry).await?;
     let mut count = None;
     let counted = counting(entry, &pair.libs, &mut count);
     let before = counted.read(conn).await?;
-    let contenders = pair.contenders(&name).await?;
-    let deadline = Instant::now() + plan.handoff_limit;
-    let h = handoff_run(
-        contenders,
-        pair.handles(),
-        plan.handoff_samples,
-        hold_us,
-        deadline,
-    )
-    .await?;
+    let h = handoffs(&pair, &format!("h{}", fastrand::u32(..)), plan).await?;
     let sent = counted.between(&before, &counted.read(conn).await?);
-    drop(count);
-    drop(pair);
     let mean_s = h.mean() / 1e6;
     Ok(Record {
         scenario: "handoff",
@@ -133,6 +120,25 @@ pub(crate) async fn handoff(
         requests_per_acq: Some(sent as f64 / (h.len() as f64).max(1.0)),
         ..Record::default()
     })
+}
+
+/// The hand-offs of `plan` between the two clients of `pair` on the lock `name`
+/// ([`handoff_run`]).
+pub(crate) async fn handoffs(
+    pair: &Pair,
+    name: &str,
+    plan: &Plan,
+) -> AnyResult<hdrhistogram::Histogram<u64>> {
+    let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
+    let deadline = Instant::now() + plan.handoff_limit;
+    handoff_run(
+        pair.contenders(name).await?,
+        pair.handles(),
+        plan.handoff_samples,
+        hold_us,
+        deadline,
+    )
+    .await
 }
 
 /// `tasks` tasks spread over `clients` clients (round robin) looping on one name, measured for

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Instant;
 
-use redlatch_harness::measure::{AnyResult, handoff_run};
+use redlatch_harness::measure::AnyResult;
 use serde_json::{Value, json};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
@@ -15,6 +15,7 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 
 use super::library::{Entry, Pair};
 use super::plan::Plan;
+use super::scenarios::handoffs;
 
 /// The events' target (see redlatch's `timeline` module).
 const TARGET: &str = "redlatch::timeline";
@@ -132,20 +133,10 @@ pub async fn timeline(entries: &[Entry], plan: &Plan) -> AnyResult<Value> {
     for entry in entries.iter().filter(|e| e.name != "redlatch-rwlock-read") {
         let name = format!("t{}", fastrand::u32(..));
         let pair = Pair::connect(entry).await?;
-        let contenders = pair.contenders(&name).await?;
         if let Ok(mut e) = events.lock() {
             e.clear();
         }
-        let hold_us = 1_000..plan.handoff_hold_ms.max(2) * 1_000;
-        let deadline = Instant::now() + plan.handoff_limit;
-        handoff_run(
-            contenders,
-            pair.handles(),
-            plan.handoff_samples,
-            hold_us,
-            deadline,
-        )
-        .await?;
+        handoffs(&pair, &name, plan).await?;
         drop(pair);
         let recorded = events.lock().map(|e| e.clone()).unwrap_or_default();
         let cuts = cuts(&recorded);
