@@ -872,11 +872,11 @@ pub async fn contended_run<C: Contend>(
 }
 
 /// Hand-offs between two tasks taking turns on one lock, each with its own contender (in its
-/// own client) and run on its client's runtime (`runtimes`). The holder waits until the other task is inside its acquire call, holds a
-/// random `hold_us` more, and releases; a sample is the time from the start of the release to
-/// the waiter's acquire returning. The releaser asks again only after the other task has the
-/// lock, so every sample is a hand-off to a different task that was already blocked. Ends at
-/// `samples` samples, or at `deadline` with what it has.
+/// own client) and run on its client's runtime (`runtimes`). The holder waits until the other
+/// task is inside its acquire call, holds a random `hold_us` more, and releases; a sample is the
+/// time from the start of the release to the waiter's acquire returning. The releaser asks
+/// again only after the other task has the lock, so every sample is a hand-off to a different
+/// task that was already blocked. Ends at `samples` samples, or at `deadline` with what it has.
 pub async fn handoff_run<C: Contend>(
     contenders: [C; 2],
     runtimes: [tokio::runtime::Handle; 2],

@@ -80,11 +80,10 @@ pub(crate) async fn latency(entry: &Entry, phase: Duration) -> AnyResult<Record>
 }
 
 /// One holder and one waiter, in two clients on runtimes of their own ([`Pair`]), taking
-/// turns. The holder waits until the other
-/// task is inside `lock()`, holds a random `hold` more (1 to 5 ms by default), and releases;
-/// the sample is the time from the start of the release to the waiter's `lock()` returning.
-/// The releaser asks again only after the other task has the lock, so every sample is a
-/// hand-off to a different task that was already blocked.
+/// turns. The holder waits until the other task is inside `lock()`, holds a random `hold` more
+/// (1 to 5 ms by default), and releases; the sample is the time from the start of the release
+/// to the waiter's `lock()` returning. The releaser asks again only after the other task has
+/// the lock, so every sample is a hand-off to a different task that was already blocked.
 ///
 /// With holds of a few ms, a waiter that polls at a fixed interval (distkit: 50 ms) is always
 /// released just after its first attempt and waits almost a whole interval; holds spread over
