@@ -51,8 +51,11 @@ pub(super) fn counting<'a>(
 /// wakes the runtime also fires the other client's timers that are due, so a waiter that polls
 /// every millisecond tries right after each release, which it would not in another process.)
 pub(super) struct Pair {
-    runtimes: [Option<tokio::runtime::Runtime>; 2],
-    /// The clients, in the order of [`handles`](Self::handles).
+    /// Stopped when the pair is dropped.
+    runtimes: Vec<tokio::runtime::Runtime>,
+    /// The runtimes' handles, to run each client's tasks on.
+    pub(super) handles: [tokio::runtime::Handle; 2],
+    /// The clients, in the order of `handles`.
     pub(super) libs: [Arc<dyn Library>; 2],
 }
 
@@ -71,19 +74,24 @@ impl Pair {
             let lib = runtime
                 .spawn(async move { connect().await.map_err(|e| e.to_string()) })
                 .await??;
-            runtimes.push(Some(runtime));
+            runtimes.push(runtime);
             libs.push(lib);
         }
-        let (Ok(runtimes), Ok(libs)) = (runtimes.try_into(), libs.try_into()) else {
+        let handles = [runtimes[0].handle().clone(), runtimes[1].handle().clone()];
+        let Ok(libs) = libs.try_into() else {
             return Err("two clients".into());
         };
-        Ok(Self { runtimes, libs })
+        Ok(Self {
+            runtimes,
+            handles,
+            libs,
+        })
     }
 
     /// A contender on `name` for each client, made on its runtime.
     pub(super) async fn contenders(&self, name: &str) -> AnyResult<[Box<dyn Contender>; 2]> {
         let mut out = Vec::new();
-        for (lib, handle) in self.libs.iter().zip(self.handles()) {
+        for (lib, handle) in self.libs.iter().zip(&self.handles) {
             let (lib, name) = (Arc::clone(lib), name.to_owned());
             let contender = handle
                 .spawn(async move { lib.contender(&name, None).await.map_err(|e| e.to_string()) })
@@ -92,21 +100,12 @@ impl Pair {
         }
         out.try_into().map_err(|_| "two contenders".into())
     }
-
-    /// The runtimes' handles, to run each client's tasks on.
-    pub(super) fn handles(&self) -> [tokio::runtime::Handle; 2] {
-        let handle = |r: &Option<tokio::runtime::Runtime>| {
-            r.as_ref()
-                .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone())
-        };
-        [handle(&self.runtimes[0]), handle(&self.runtimes[1])]
-    }
 }
 
 impl Drop for Pair {
     fn drop(&mut self) {
         // Dropped inside the main runtime: its own runtimes stop without blocking it.
-        for runtime in self.runtimes.iter_mut().filter_map(Option::take) {
+        for runtime in self.runtimes.drain(..) {
             runtime.shutdown_background();
         }
     }

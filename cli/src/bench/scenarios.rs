@@ -132,7 +132,7 @@ pub(crate) async fn handoffs(
     let deadline = Instant::now() + plan.handoff_limit;
     handoff_run(
         pair.contenders(name).await?,
-        pair.handles(),
+        pair.handles.clone(),
         plan.handoff_samples,
         hold_us,
         deadline,
