@@ -649,6 +649,21 @@ pub fn process_cpu() -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
+/// CPU seconds the Redis server's process has used (`INFO cpu`: user and system time of all
+/// its threads).
+pub async fn server_cpu(conn: &mut MultiplexedConnection) -> AnyResult<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    match (field("used_cpu_user"), field("used_cpu_sys")) {
+        (Some(user), Some(sys)) => Ok(user + sys),
+        _ => Err("INFO cpu has no used_cpu_user and used_cpu_sys".into()),
+    }
+}
+
 /// `text` with the glob characters of Redis patterns (`*?[]\`) escaped, for `MATCH`.
 pub fn glob_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

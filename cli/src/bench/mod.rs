@@ -33,7 +33,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis::aio::MultiplexedConnection;
 pub use redlatch_harness::measure::{AnyResult, BoxFut, given_server_note};
 use redlatch_harness::measure::{
-    cleanup, commandstats, cpu_steal, minimal_cycles, raw_cycles, relay_passes, server_commands,
+    cleanup, commandstats, cpu_steal, minimal_cycles, process_cpu, raw_cycles, relay_passes,
+    server_commands, server_cpu,
 };
 use serde_json::{Value, json};
 
@@ -276,8 +277,15 @@ impl Bench {
             for (job, out) in jobs.iter().zip(&mut runs) {
                 bar.set_message(job.label(plan));
                 let counted = matches!(job, Job::Raw(_) | Job::Minimal(_) | Job::Uncontended(..));
+                // The server's commands, and both processes' CPU time, around the job: its
+                // set-up (a connection, each name taken once, a pause) costs well under a
+                // hundredth of the phase's.
                 let before = if counted {
-                    Some(commandstats(conn).await?)
+                    Some((
+                        commandstats(conn).await?,
+                        process_cpu(),
+                        server_cpu(conn).await?,
+                    ))
                 } else {
                     None
                 };
@@ -348,11 +356,18 @@ impl Bench {
                         return Err(format!("{}: {err}", job.label(plan)).into());
                     }
                 };
-                if let Some(before) = before {
+                if let Some((commands, client_cpu, server_cpu_before)) = before {
                     let after = commandstats(conn).await?;
+                    let server_cpu_after = server_cpu(conn).await?;
                     let cycles = record.ops_per_s * plan.phase.as_secs_f64();
+                    let per_cycle_us = |seconds: f64| Some(1e6 * seconds / cycles.max(1.0));
                     record.server_commands_per_cycle =
-                        Some(server_commands(&before, &after) as f64 / cycles.max(1.0));
+                        Some(server_commands(&commands, &after) as f64 / cycles.max(1.0));
+                    record.client_cpu_us_per_cycle = client_cpu
+                        .zip(process_cpu())
+                        .and_then(|(before, after)| per_cycle_us(after - before));
+                    record.server_cpu_us_per_cycle =
+                        per_cycle_us(server_cpu_after - server_cpu_before);
                 }
                 out.push(record);
                 bar.inc(1);

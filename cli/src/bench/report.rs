@@ -55,6 +55,11 @@ pub struct Record {
     pub of_minimal: Option<f64>,
     /// Uncontended: commands the server ran per cycle, those scripts ran included.
     pub server_commands_per_cycle: Option<f64>,
+    /// Uncontended: CPU time of the bench's process per cycle, µs (both ends of the
+    /// connection run on the same vCPUs, so this and the server's time set the pace).
+    pub client_cpu_us_per_cycle: Option<f64>,
+    /// Uncontended: CPU time of the Redis server per cycle, µs (its I/O included).
+    pub server_cpu_us_per_cycle: Option<f64>,
     /// Contended over clients: the figure over the publish relay's around as many clients.
     pub of_relay: Option<f64>,
 }
@@ -84,6 +89,8 @@ impl Record {
             "of_raw": self.of_raw,
             "of_minimal": self.of_minimal,
             "server_commands_per_cycle": self.server_commands_per_cycle,
+            "client_cpu_us_per_cycle": self.client_cpu_us_per_cycle,
+            "server_cpu_us_per_cycle": self.server_cpu_us_per_cycle,
             "of_relay": self.of_relay,
         })
     }
@@ -125,6 +132,9 @@ pub(crate) fn median_record(runs: Vec<Record>) -> Record {
     out.most_out = med_opt(&runs, |r| r.most_out);
     out.mean_us = med_opt(&runs, |r| r.mean_us);
     out.samples = med_opt(&runs, |r| r.samples);
+    out.server_commands_per_cycle = med_opt(&runs, |r| r.server_commands_per_cycle);
+    out.client_cpu_us_per_cycle = med_opt(&runs, |r| r.client_cpu_us_per_cycle);
+    out.server_cpu_us_per_cycle = med_opt(&runs, |r| r.server_cpu_us_per_cycle);
     out
 }
 
@@ -215,21 +225,30 @@ pub(crate) fn print_table(records: &[Record]) {
         match scenario {
             "uncontended" => {
                 println!(
-                    "  {:<20} {:>6} {:>10} {:>8} {:>10} {:>12}",
-                    "library", "tasks", "ops/s", "of raw", "of minimal", "cmds/cycle"
+                    "  {:<20} {:>6} {:>10} {:>8} {:>10} {:>12} {:>10} {:>10}",
+                    "library",
+                    "tasks",
+                    "ops/s",
+                    "of raw",
+                    "of minimal",
+                    "cmds/cycle",
+                    "client µs",
+                    "server µs"
                 );
                 let share = |v: Option<f64>| {
                     v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v))
                 };
                 for r in rows {
                     println!(
-                        "  {:<20} {:>6} {:>10.0} {:>8} {:>10} {:>12}",
+                        "  {:<20} {:>6} {:>10.0} {:>8} {:>10} {:>12} {:>10} {:>10}",
                         r.library,
                         r.tasks,
                         r.ops_per_s,
                         share(r.of_raw),
                         share(r.of_minimal),
-                        fmt_opt(r.server_commands_per_cycle, 1)
+                        fmt_opt(r.server_commands_per_cycle, 1),
+                        fmt_opt(r.client_cpu_us_per_cycle, 1),
+                        fmt_opt(r.server_cpu_us_per_cycle, 1)
                     );
                 }
             }
