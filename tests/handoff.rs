@@ -295,6 +295,36 @@ async fn a_lost_hold_lets_local_waiters_take_the_lock_in_redis() {
 }
 
 #[tokio::test]
+async fn a_local_waiter_whose_turn_comes_while_the_server_is_down_waits_it_out() {
+    let mut redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("down").unwrap();
+        // Taken alone, the hold reserved no tokens to pass: letting it go sends it back to
+        // Redis, and the local waiter takes the lock there in its turn.
+        let holder = mutex.lock().await.unwrap();
+        let waiter = queued(&mutex).await;
+        redis.server().kill();
+        let token = holder.fencing_token();
+        drop(holder);
+        // The waiter's turn comes while nothing answers; the outage lasts a while.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the waiter gave up while the server was down"
+        );
+        redis.server().restart();
+        let next = waiter.await.unwrap();
+        assert!(next.is_held());
+        // The restarted server is empty: a new counter starts ahead of its clock.
+        assert!(next.fencing_token() > token);
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn off_every_acquisition_goes_to_redis() {
     let redis = TestRedis::own();
     within(LIMIT, async {

@@ -20,6 +20,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     let deadline = timeout.map(|t| after(Instant::now(), t));
     let settings = engine.core.config.handoff;
     let (cohort, entered) = engine.core.cohorts.enter(&engine.name, settings);
+    let waited = matches!(entered, Entered::Wait(_));
     let (release, head_start) = match entered {
         Entered::Lead => (None, false),
         Entered::Wait(turn) => {
@@ -77,7 +78,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
         tokens: passes.saturating_add(1),
         ..ask
     };
-    let mut held = engine.acquire_in_redis(ask, remaining).await?;
+    let mut held = engine.acquire_in_redis(ask, remaining, waited).await?;
     leading.done();
     cohort.holding(held.hold());
     held.baton = Some(Baton::new(cohort, Instant::now(), held.fence, passes));

@@ -195,7 +195,7 @@ impl Engine {
         let result = if self.passes_locally(ask, timeout) {
             super::cohort::acquire(self, ask, timeout).await
         } else {
-            self.acquire_in_redis(ask, timeout).await
+            self.acquire_in_redis(ask, timeout, false).await
         };
         meter::acquire_ended(
             self.family.label(),
@@ -218,11 +218,13 @@ impl Engine {
             && self.core.backend.as_quorum().is_none()
     }
 
-    /// [`acquire`](Self::acquire), every attempt in Redis.
+    /// [`acquire`](Self::acquire), every attempt in Redis; `waited`: the caller already waited
+    /// for its turn in this client (see [`wait::acquire`]).
     pub(super) async fn acquire_in_redis(
         &self,
         ask: Ask,
         timeout: Option<Duration>,
+        waited: bool,
     ) -> Result<Held> {
         if timeout == Some(Duration::ZERO) {
             return match self.try_once(ask).await? {
@@ -236,7 +238,7 @@ impl Engine {
                 }),
             };
         }
-        wait::acquire(self, ask, timeout).await
+        wait::acquire(self, ask, timeout, waited).await
     }
 
     /// One attempt without queueing. Busy carries how long until the holder's (or the earliest)

@@ -40,8 +40,16 @@ use crate::protocol::wake::Grant;
 use crate::protocol::{Claim, queue};
 use crate::time::{after, sleep_until};
 
-/// Waits for `ask` up to `timeout` (`None`: as long as it takes).
-pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>) -> Result<Held> {
+/// Waits for `ask` up to `timeout` (`None`: as long as it takes). `waited`: the caller already
+/// waited for its turn behind other tasks of this client (local hand-off), so it is a waiter
+/// from its first attempt on: an attempt that cannot reach Redis is waited out, as a queued
+/// waiter's is, instead of failing the call.
+pub(super) async fn acquire(
+    engine: &Engine,
+    ask: Ask,
+    timeout: Option<Duration>,
+    waited: bool,
+) -> Result<Held> {
     let started = Instant::now();
     let in_redis = engine.family.is_queued();
     // A hand-over names the client and the owner: waits for one carried owner in one client
@@ -58,6 +66,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
         ask,
         place: in_redis.then(Arc::default),
         unanswered: AtomicBool::new(false),
+        waited,
     };
     let deadline = timeout.map(|t| after(started, t));
     // The first attempt, when it is made before any registration (see `wait`), is made here:
@@ -96,6 +105,8 @@ struct Attempts<'a> {
     place: Option<Arc<Place>>,
     /// An attempt failed without an answer: it may have been granted in Redis all the same.
     unanswered: AtomicBool,
+    /// The caller waited for its turn in this client before its first attempt.
+    waited: bool,
 }
 
 impl Attempts<'_> {
@@ -226,10 +237,10 @@ async fn wait(
             if let Some(w) = &waiter {
                 w.settled();
             }
-            // An attempt without an answer is waited out like a busy one; it says nothing about
-            // the waiter's place.
+            // An attempt without an answer is waited out like a busy one (a waiter's, or any
+            // that timed out); it says nothing about the waiter's place.
             let answer = match answer {
-                Err(err) if (queued || err.is_slow()) && err.is_connection() => {
+                Err(err) if (queued || attempts.waited || err.is_slow()) && err.is_connection() => {
                     tracing::debug!(error = %err, "attempt failed while waiting, retrying");
                     Attempt::Busy(None)
                 }

@@ -126,7 +126,9 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`Error::Pool`](crate::Error::Pool) or [`Error::Redis`](crate::Error::Redis) if Redis cannot be reached, [`Error::WrongType`](crate::Error::WrongType) or
+    /// [`Error::Pool`](crate::Error::Pool) or [`Error::Redis`](crate::Error::Redis) if Redis cannot be reached on the first attempt
+    /// (once the call waits, for a holder or behind this client's other tasks, an unreachable
+    /// server is waited out), [`Error::WrongType`](crate::Error::WrongType) or
     /// [`Error::Layout`](crate::Error::Layout) if the lock's keys hold data redlatch does not own.
     ///
     /// # Cancel safety
