@@ -240,6 +240,46 @@ async fn fencing_tokens_rise_across_acquisitions_and_expiry() {
 }
 
 #[tokio::test]
+async fn a_slow_first_answer_does_not_set_tokens_ahead_of_the_server_clock() {
+    use redlatch_harness::measure::server_micros;
+    use redlatch_harness::proxy::Mode;
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let mut conn = redis.conn().await;
+        // A name in use: its counter, which starts a second ahead of the server's clock, is
+        // behind it again after the pause.
+        let other = redis.client();
+        let name = other.mutex("slow").unwrap();
+        name.lock().await.unwrap().unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // A new client's first acquisition reads the server's clock; its connection and its
+        // request take 150 ms each way.
+        let (proxy, builder) = redis.through_proxy().await;
+        let client = builder.build().unwrap();
+        proxy.set(Mode::Delay {
+            base: Duration::from_millis(150),
+            jitter: Duration::ZERO,
+        });
+        let first = client.mutex("first").unwrap().lock().await.unwrap();
+        proxy.set(Mode::Pass);
+        first.unlock().await.unwrap();
+        // Its next fresh token, on the name in use, is no further ahead of the server's clock
+        // than a round trip: a reading dated from its request's start while the answer took
+        // most of a second would put it that far ahead.
+        let guard = client.mutex("slow").unwrap().lock().await.unwrap();
+        let now = server_micros(&mut conn).await.unwrap();
+        assert!(
+            guard.fencing_token() <= now + 100_000,
+            "token {} is {} µs ahead of the server's clock",
+            guard.fencing_token(),
+            guard.fencing_token().saturating_sub(now)
+        );
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn lock_timeout_gives_up_with_a_typed_error() {
     let redis = TestRedis::new();
     within(LIMIT, async {
