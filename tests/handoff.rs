@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redlatch::{LocalHandoff, MutexGuard};
-use support::{TestRedis, racy_increment, within};
+use support::{TestRedis, racy_increment, until, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -306,9 +306,11 @@ async fn a_local_waiter_whose_turn_comes_while_the_server_is_down_waits_it_out()
         let waiter = queued(&mutex).await;
         redis.server().kill();
         let token = holder.fencing_token();
+        let sent = client.requests();
         drop(holder);
-        // The waiter's turn comes while nothing answers; the outage lasts a while.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The waiter's turn comes while nothing answers: it releases the hold let go, then
+        // makes its own attempt, both refused.
+        until(|| async { client.requests() >= sent + 2 }).await;
         assert!(
             !waiter.is_finished(),
             "the waiter gave up while the server was down"

@@ -251,7 +251,7 @@ async fn a_slow_first_answer_does_not_set_tokens_ahead_of_the_server_clock() {
         let other = redis.client();
         let name = other.mutex("slow").unwrap();
         name.lock().await.unwrap().unlock().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        tokio::time::sleep(redlatch_harness::measure::WARM_NAMES).await;
         // A new client's first acquisition reads the server's clock; its connection and its
         // request take 150 ms each way.
         let (proxy, builder) = redis.through_proxy().await;
