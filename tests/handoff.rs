@@ -264,6 +264,79 @@ async fn waiters_that_give_up_stall_nobody() {
 }
 
 #[tokio::test]
+async fn an_unlock_dropped_while_its_successor_gives_up_leaves_the_name_free() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .default_lease(Duration::from_millis(600))
+            .build()
+            .unwrap();
+        let mutex = client.mutex("cancelled").unwrap();
+        // Taken alone, the hold reserved no tokens to pass: letting it go releases it in Redis,
+        // and the waiter is chosen to take the lock there next.
+        let holder = mutex.lock().await.unwrap();
+        let waiter = queued(&mutex).await;
+        let mut unlock = Box::pin(holder.unlock());
+        tokio::select! {
+            biased;
+            _ = &mut unlock => panic!("the release answered before the runtime ran again"),
+            () = std::future::ready(()) => {}
+        }
+        // The chosen waiter gives up, then the unlock is dropped while its release is out.
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        drop(unlock);
+        // The name is not stuck in this client: a new call takes it (at once if the release
+        // reached Redis, else once its 600 ms lease runs out).
+        let next = mutex.lock_timeout(Duration::from_secs(10)).await.unwrap();
+        assert!(next.is_held());
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_view_of_a_passed_hold_says_not_held() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("viewed").unwrap();
+        // The first hold goes back to Redis (no tokens reserved); the waiter's hold reserves
+        // them, and is passed.
+        let alone = mutex.lock().await.unwrap();
+        let waiter = queued(&mutex).await;
+        alone.unlock().await.unwrap();
+        let first = waiter.await.unwrap();
+        let waiter = queued(&mutex).await;
+        let view = first.view();
+        let lost = first.lost();
+        assert!(view.is_held());
+        let fence = first.fencing_token();
+        first.unlock().await.unwrap();
+        let second = waiter.await.unwrap();
+        assert_eq!(second.fencing_token(), fence + 1, "the hold was not passed");
+        // The view of the guard that let go says so, and its loss futures complete; the new
+        // guard's view is held.
+        assert!(!view.is_held(), "a view of a passed hold still says held");
+        tokio::time::timeout(Duration::from_secs(10), view.lost())
+            .await
+            .expect("the view's lost() did not complete when its hold passed on");
+        tokio::time::timeout(Duration::from_secs(10), lost)
+            .await
+            .expect("the guard's lost() did not complete when its hold passed on");
+        let current = second.view();
+        assert!(current.is_held());
+        assert!(second.is_held());
+        second.unlock().await.unwrap();
+        assert!(!current.is_held());
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_lost_hold_lets_local_waiters_take_the_lock_in_redis() {
     let redis = TestRedis::new();
     within(LIMIT, async {

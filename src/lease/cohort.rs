@@ -261,13 +261,47 @@ pub(crate) enum LetGo {
     Plain,
     /// Passed to a local waiter: nothing to release.
     Passed,
-    /// Release it in Redis; then `leader` (if any) takes the lock in Redis for the waiters
-    /// left. `bounded`: waiters remained when the bound ended the passes.
-    Release {
-        cohort: Arc<Cohort>,
-        leader: Option<oneshot::Sender<Turn>>,
-        bounded: bool,
-    },
+    /// Release it in Redis; then the successor (if any) takes the lock in Redis for the
+    /// waiters left.
+    Release(Option<Successor>),
+}
+
+/// The oldest local waiter, chosen to take the lock in Redis once a hold is released there.
+/// It is told its turn when [`Successor::lead`] is called, or when this is dropped unused (a
+/// release whose future was dropped at its await point): either way the turn goes on, to the
+/// next waiter if this one gave up meanwhile, so local waiters never wait for nobody.
+pub(crate) struct Successor {
+    cohort: Arc<Cohort>,
+    leader: Option<oneshot::Sender<Turn>>,
+}
+
+impl Successor {
+    /// Tells the successor to lead: to release `release` in Redis first, if given, and to hold
+    /// back for the head start if `head_start` (this client's waiters remained when the hold
+    /// went back to Redis, so waiters elsewhere get their turn).
+    pub(crate) fn lead(mut self, release: Option<Lease>, head_start: bool) {
+        self.send(Turn::Lead {
+            release,
+            head_start,
+        });
+    }
+
+    fn send(&mut self, turn: Turn) {
+        if let Some(leader) = self.leader.take()
+            && let Err(turn) = leader.send(turn)
+        {
+            self.cohort.hand_on(turn);
+        }
+    }
+}
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        self.send(Turn::Lead {
+            release: None,
+            head_start: false,
+        });
+    }
 }
 
 /// The guard of `held` lets go of it: passes the hold to the oldest local waiter if the bound
@@ -276,6 +310,8 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
     let Some(baton) = held.baton.take() else {
         return LetGo::Plain;
     };
+    // The guard's turn ends here, whoever has the hold next.
+    held.hold().next_turn();
     let settings = baton.cohort.settings;
     let passable = !baton.shared.load(Ordering::Relaxed)
         && baton.next <= baton.last
@@ -285,11 +321,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
     let mut state = lock(&cohort.state);
     if !state.is_current(held.hold()) {
         // Lost earlier: its turn went on then.
-        return LetGo::Release {
-            cohort: Arc::clone(&cohort),
-            leader: None,
-            bounded: false,
-        };
+        return LetGo::Release(None);
     }
     if passable {
         let kind = held.hold().family.label();
@@ -334,12 +366,14 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
         }
     }
     drop(state);
-    if leader.is_none() {
-        cohort.tidy();
-    }
-    LetGo::Release {
-        bounded: leader.is_some(),
-        cohort,
-        leader,
+    match leader {
+        Some(leader) => LetGo::Release(Some(Successor {
+            cohort,
+            leader: Some(leader),
+        })),
+        None => {
+            cohort.tidy();
+            LetGo::Release(None)
+        }
     }
 }

@@ -29,7 +29,7 @@ use crate::key::LockKeys;
 use crate::protocol::{Family, Op, foreign};
 use crate::time::after;
 use crate::token::OwnerToken;
-use cohort::{Baton, LetGo, Turn};
+use cohort::{Baton, LetGo};
 use watchdog::Watchdog;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -72,8 +72,11 @@ pub(crate) struct Hold {
     pub(crate) value: Option<String>,
     /// Lost: never to be held again.
     lost: AtomicBool,
+    /// Which of the guards it passes through (local hand-off) has it: 0 for the first, one
+    /// more at each let-go of a guard that could pass it.
+    turn: AtomicU64,
     /// The loss signal, made by the first caller that waits for it (most holds never are).
-    signal: std::sync::OnceLock<watch::Sender<bool>>,
+    signal: std::sync::OnceLock<watch::Sender<Status>>,
     /// The local waiters this hold passes between (local hand-off): told when it is lost.
     cohort: std::sync::OnceLock<std::sync::Weak<cohort::Cohort>>,
 }
@@ -108,6 +111,7 @@ impl Hold {
             durable: None,
             value: None,
             lost: AtomicBool::new(false),
+            turn: AtomicU64::new(0),
             signal: std::sync::OnceLock::new(),
             cohort: std::sync::OnceLock::new(),
         }
@@ -132,10 +136,8 @@ impl Hold {
     /// Marks the hold lost. It never becomes held again.
     pub(crate) fn mark_lost(&self) {
         let first = !self.lost.swap(true, Ordering::SeqCst);
-        // Pairs with the fence in `lost_signal`: this finds the signal, or it finds the loss.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if first && let Some(signal) = self.signal.get() {
-            signal.send_replace(true);
+        if first {
+            self.signal_status();
         }
         if first && !self.is_ended() {
             crate::meter::lost(self.family.label());
@@ -145,18 +147,48 @@ impl Hold {
         }
     }
 
-    /// The loss signal: says `true` once the hold is lost.
-    pub(crate) fn lost_signal(&self) -> watch::Receiver<bool> {
+    /// Which guard has the hold now (see [`Hold::turn`]'s field).
+    pub(crate) fn turn(&self) -> u64 {
+        self.turn.load(Ordering::SeqCst)
+    }
+
+    /// The guard that had the hold lets go of it, and may pass it to another (local
+    /// hand-off): its views say not held from now on, and their loss futures complete.
+    pub(crate) fn next_turn(&self) {
+        self.turn.fetch_add(1, Ordering::SeqCst);
+        self.signal_status();
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            lost: self.is_lost(),
+            turn: self.turn(),
+        }
+    }
+
+    /// Sends the loss and the turn on the signal, if one was made. Pairs with the fence in
+    /// [`Hold::lost_signal`]: either this finds the signal, or that finds the change. Both
+    /// only ever grow, so sends that cross are merged, never undone.
+    fn signal_status(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(signal) = self.signal.get() {
+            let now = self.status();
+            signal.send_if_modified(|s| s.merge(now));
+        }
+    }
+
+    /// The loss signal: the hold's [`Status`], which says when it is lost and when its turn
+    /// moves on.
+    pub(crate) fn lost_signal(&self) -> watch::Receiver<Status> {
         let signal = self
             .signal
-            .get_or_init(|| watch::Sender::new(self.is_lost()));
-        // A loss marked while the signal was being made may have found none to send on:
-        // with a fence on both sides, either `mark_lost` finds the signal or this finds the
-        // loss.
+            .get_or_init(|| watch::Sender::new(self.status()));
+        // A loss marked (or a turn ended) while the signal was being made may have found
+        // none to send on: with a fence on both sides, either `signal_status` finds the
+        // signal or this finds the change.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.is_lost() {
-            signal.send_replace(true);
-        }
+        let now = self.status();
+        signal.send_if_modified(|s| s.merge(now));
         signal.subscribe()
     }
 
@@ -201,6 +233,29 @@ impl Hold {
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut at = self.expires_at.lock().unwrap_or_else(|p| p.into_inner());
         *at = (*at).max(after(sent_at, self.drift.validity(lease)));
+    }
+}
+
+/// What a hold's loss signal says: whether it is lost, and which guard has it (its turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    lost: bool,
+    turn: u64,
+}
+
+impl Status {
+    /// Takes in `now`; true if that changed anything.
+    fn merge(&mut self, now: Status) -> bool {
+        let merged = Status {
+            lost: self.lost || now.lost,
+            turn: self.turn.max(now.turn),
+        };
+        std::mem::replace(self, merged) != merged
+    }
+
+    /// Whether the guard of turn `turn` holds no more: the hold is lost, or passed on.
+    fn over_for(&self, turn: u64) -> bool {
+        self.lost || self.turn != turn
     }
 }
 
@@ -329,21 +384,10 @@ impl Drop for Held {
         if let Some(since) = self.since {
             crate::meter::let_go(self.hold().family.label(), since.elapsed());
         }
-        if let LetGo::Release {
-            cohort,
-            leader: Some(leader),
-            bounded,
-        } = cohort::let_go(self)
-        {
+        if let LetGo::Release(Some(successor)) = cohort::let_go(self) {
             // The new leader releases the hold first: then it knows whether waiters elsewhere
             // were woken, and gives them a head start.
-            let turn = Turn::Lead {
-                release: Some(self.lease.relay()),
-                head_start: bounded,
-            };
-            if let Err(turn) = leader.send(turn) {
-                cohort.hand_on(turn);
-            }
+            successor.lead(Some(self.lease.relay()), true);
         }
     }
 }
@@ -363,7 +407,7 @@ impl Held {
     }
 
     pub(crate) fn lost(&self) -> Lost {
-        Lost::from_signal(self.hold().lost_signal())
+        Lost::from_signal(self.hold().lost_signal(), self.hold().turn())
     }
 
     pub(crate) fn valid_until(&self) -> std::time::Instant {
@@ -420,26 +464,17 @@ impl Held {
     /// Releases this hold now, instead of in the background on drop; or passes it to the next
     /// local waiter (local hand-off).
     pub(crate) async fn release(mut self) -> Result<()> {
-        let next = match cohort::let_go(&mut self) {
+        // Told its turn after the release, or, if this future is dropped before, when it is.
+        let successor = match cohort::let_go(&mut self) {
             LetGo::Passed => return Ok(()),
             LetGo::Plain => None,
-            LetGo::Release {
-                cohort,
-                leader,
-                bounded,
-            } => leader.map(|leader| (cohort, leader, bounded)),
+            LetGo::Release(successor) => successor,
         };
         let hold = self.lease.end();
         let tasks = &self.lease.tasks;
         let released = release::release(tasks.backend(), tasks.free(), &hold).await;
-        if let Some((cohort, leader, bounded)) = next {
-            let turn = Turn::Lead {
-                release: None,
-                head_start: bounded && matches!(released, Ok(true)),
-            };
-            if let Err(turn) = leader.send(turn) {
-                cohort.hand_on(turn);
-            }
+        if let Some(successor) = successor {
+            successor.lead(None, matches!(released, Ok(true)));
         }
         released.map(drop)
     }
@@ -471,12 +506,13 @@ impl Lost {
         }
     }
 
-    /// Completes when `signal` says lost, or when its hold is gone.
-    pub(crate) fn from_signal(mut signal: watch::Receiver<bool>) -> Self {
+    /// Completes when `signal` says lost or passed on from turn `turn`, or when its hold is
+    /// gone.
+    pub(crate) fn from_signal(mut signal: watch::Receiver<Status>, turn: u64) -> Self {
         Self {
             inner: Box::pin(async move {
                 // The sender lives as long as the hold; if it is gone, so is the hold.
-                let _ = signal.wait_for(|lost| *lost).await;
+                let _ = signal.wait_for(|s| s.over_for(turn)).await;
             }),
         }
     }

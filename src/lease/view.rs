@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::watch;
 
-use super::{Hold, Lost};
+use super::{Hold, Lost, Status};
 
 /// A cheap, cloneable view of one hold: its name, fencing token, whether it is still held, and
 /// a [`Lost`] future. Made by a guard's `view()`; it does not keep the hold: once the guard is
@@ -27,7 +27,10 @@ pub struct HoldView {
     name: Arc<str>,
     fencing_token: u64,
     hold: Weak<Hold>,
-    lost: watch::Receiver<bool>,
+    /// The turn of the guard it was made from (a hold passed between local guards is another
+    /// guard's later).
+    turn: u64,
+    lost: watch::Receiver<Status>,
 }
 
 impl fmt::Debug for HoldView {
@@ -46,6 +49,7 @@ impl HoldView {
             name: Arc::clone(&hold.name),
             fencing_token,
             hold: Arc::downgrade(hold),
+            turn: hold.turn(),
             lost: hold.lost_signal(),
         }
     }
@@ -72,8 +76,9 @@ impl HoldView {
         self.fencing_token
     }
 
-    /// True while the hold lives: until its guard is released or dropped, unless the lease is
-    /// known lost or has run out first.
+    /// True while the hold lives: until its guard is released or dropped (or passes the hold
+    /// to another task of the client: that task's guard has its own view), unless the lease
+    /// is known lost or has run out first.
     ///
     /// ```no_run
     /// # fn demo(view: redlatch::HoldView) {
@@ -83,11 +88,14 @@ impl HoldView {
     /// # }
     /// ```
     pub fn is_held(&self) -> bool {
-        self.hold.upgrade().is_some_and(|h| h.is_live())
+        self.hold
+            .upgrade()
+            .is_some_and(|h| h.is_live() && h.turn() == self.turn)
     }
 
-    /// A future that completes when the lease is known lost (and, later, once the released
-    /// hold is forgotten by the client's background tasks).
+    /// A future that completes when the lease is known lost, or once the guard it was made
+    /// from let go of the hold: at once when the hold passed to another task of the client
+    /// (local hand-off), after a release once the client's background tasks forget it.
     ///
     /// ```no_run
     /// # async fn demo(view: redlatch::HoldView) {
@@ -98,6 +106,6 @@ impl HoldView {
     /// # }
     /// ```
     pub fn lost(&self) -> Lost {
-        Lost::from_signal(self.lost.clone())
+        Lost::from_signal(self.lost.clone(), self.turn)
     }
 }
