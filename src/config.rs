@@ -22,7 +22,10 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// assert!(redlatch::MAX_LEASE >= std::time::Duration::from_secs(365 * 24 * 3600));
 /// ```
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-/// How long the fencing counter of a name lives after its last fresh acquisition: 7 days.
+/// How long the fencing counter of a name lives after it was made: 7 days (acquisitions raise
+/// it and keep its TTL). A counter made again after it expired starts a second ahead of the
+/// server's clock, above the tokens issued from the one before while that clock does not go
+/// back.
 ///
 /// ```
 /// assert_eq!(redlatch::FENCE_TTL.as_secs(), 7 * 24 * 3600);

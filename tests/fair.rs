@@ -320,6 +320,75 @@ async fn a_fixed_lease_that_runs_out_keeps_its_clients_waiters_in_line() {
 }
 
 #[tokio::test]
+async fn tokens_keep_rising_after_a_handed_hold_runs_out_with_its_keys() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // A counter an hour ahead of the server's clock (as after the clock stepped back):
+        // every token is then the last one plus one, whatever the clock says.
+        let mut conn = redis.conn().await;
+        let ahead = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            + 3_600_000_000;
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(format!("{}:fence", redis.lock_key("ahead")))
+            .arg(ahead)
+            .arg("~")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(format!("{}:fence", redis.lock_key("ahead")))
+            .arg(120_000)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let (a, b, c) = (redis.client(), redis.client(), redis.client());
+        // Short fixed leases, so that the name's keys expire soon after the last one.
+        let first = a
+            .fair_mutex("ahead")
+            .unwrap()
+            .with_lease(Duration::from_millis(500))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        // A waiter handed the lock for a fixed 300 ms, kept past it: the keys expire after it.
+        let stale = {
+            let mutex = b
+                .fair_mutex("ahead")
+                .unwrap()
+                .with_lease(Duration::from_millis(300))
+                .unwrap();
+            tokio::spawn(async move {
+                let guard = mutex.lock().await.unwrap();
+                guard.lost().await;
+                guard
+            })
+        };
+        until(|| async { redis.queued(&a, "ahead").await == 1 }).await;
+        let token = first.fencing_token();
+        assert!(token > ahead);
+        first.unlock().await.unwrap();
+        let stale = stale.await.unwrap();
+        assert!(stale.fencing_token() > token);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+        // The next holder's token is above the handed one, never a repeat of it.
+        let next = c.fair_mutex("ahead").unwrap().lock().await.unwrap();
+        assert!(
+            next.fencing_token() > stale.fencing_token(),
+            "token {} after the handed hold's {}",
+            next.fencing_token(),
+            stale.fencing_token()
+        );
+        next.unlock().await.unwrap();
+        drop(stale);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_handed_fixed_lease_that_runs_out_keeps_its_clients_waiters_in_line() {
     let redis = TestRedis::new();
     within(NO_LOST_WAKEUPS, async {

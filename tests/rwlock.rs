@@ -97,6 +97,77 @@ async fn readers_share_and_writers_exclude() {
 }
 
 #[tokio::test]
+async fn readers_handed_the_lock_after_a_writer_keep_their_hold_for_its_lease() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (r1c, wc) = (redis.client(), redis.client());
+        let r2c = redis
+            .builder()
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .unwrap();
+        // A reader with a short lease: the holders key is made with its expiry.
+        let r1 = r1c
+            .rwlock("kept")
+            .unwrap()
+            .with_lease(Duration::from_millis(500))
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        // A writer with a long lease is handed the lock when the reader lets go.
+        let writer = {
+            let lock = wc
+                .rwlock("kept")
+                .unwrap()
+                .with_lease(Duration::from_secs(10))
+                .unwrap();
+            tokio::spawn(async move { lock.write().await.unwrap() })
+        };
+        until(|| async { redis.queued(&r1c, "kept").await == 1 }).await;
+        r1.unlock().await.unwrap();
+        let w = writer.await.unwrap();
+        // A reader queued behind the writer is handed the lock in turn.
+        let reader = {
+            let lock = r2c.rwlock("kept").unwrap();
+            tokio::spawn(async move { lock.read().await.unwrap() })
+        };
+        until(|| async { redis.queued(&r1c, "kept").await == 1 }).await;
+        w.unlock().await.unwrap();
+        let r2 = reader.await.unwrap();
+        // The holders key lives as long as the name's other keys, not the first reader's.
+        let conn = redis.conn().await;
+        let ttl = |key: String| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let meta = ttl(redis.lock_key("kept")).await;
+        let holders = ttl(format!("{}:holders", redis.lock_key("kept"))).await;
+        assert!(
+            holders + 100 >= meta,
+            "the holders key expires in {holders} ms, the name in {meta} ms"
+        );
+        // Its renewals find it past the first reader's lease (the key went with it before).
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3), r2.lost())
+                .await
+                .is_err(),
+            "the handed read hold was lost while renewed"
+        );
+        assert!(r2.is_held());
+        r2.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_stream_of_readers_does_not_starve_a_writer() {
     let redis = TestRedis::new();
     within(NO_LOST_WAKEUPS, async {

@@ -12,9 +12,9 @@
 --   `~seq`; a PEXPIREAT of a queue key it makes);
 -- * a fresh owner that holds nothing joins the shared holders (a reader with no writer holding,
 --   permits that fit) while nobody waits and no lease ran out, as queue_acquire would, in six
---   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; a ZSCORE of the
---   fence key for the first permit token since the name was idle, a PEXPIREAT of the keys when
---   the new lease ends past `~exp`).
+--   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; for a permit a
+--   ZADD GT of the fence key with its token, and a ZSCORE of it for the first permit token since
+--   the name was idle; a PEXPIREAT of the keys when the new lease ends past `~exp`).
 -- None loads the queue library. Anything else (a free name in use, a re-entry or a waiter's
 -- claim, a fence key that is not a sorted set of ours, a semaphore asked for more than it has)
 -- falls through to the general path, which sees the name exactly as it was.
@@ -106,14 +106,18 @@ do
               math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2])))
           end
           if last then
-            redis.call('ZADD', KEYS[2], ends, owner)
+            -- With `~`, as every holders key: one made here takes the name's expiry.
+            local made = redis.call('ZADD', KEYS[2], ends, owner, '+inf', '~') == 2
             local fields = {'h:' .. owner, n .. '/' .. (op == 's' and token or '') .. '/',
                             '~used', used + n}
             if op == 's' then
               fields[#fields + 1] = '~fence'
               fields[#fields + 1] = token
+              -- The fence key holds it at once (queue_lib's mint).
+              fence_raise(KEYS[4], token, ARGV[8])
             end
-            if ends > (tonumber(m[7]) or 0) then
+            local exp = tonumber(m[7]) or 0
+            if ends > exp then
               -- The keys live until the latest lease end, rounded up to the next second.
               local at = (math.floor(ends / 1000) + 1) * 1000
               fields[#fields + 1] = '~exp'
@@ -121,6 +125,8 @@ do
               redis.call('PEXPIREAT', KEYS[1], at)
               redis.call('PEXPIREAT', KEYS[2], at)
               if waiting == 1 then redis.call('PEXPIREAT', KEYS[3], at) end
+            elseif made and exp > 0 then
+              redis.call('PEXPIREAT', KEYS[2], exp)
             end
             redis.call('HSET', KEYS[1], unpack(fields))
             return {1, token, n,

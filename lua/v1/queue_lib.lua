@@ -296,7 +296,8 @@ local function answered(s, o, ends)
   local n, f, c = shares(s, o)
   if n then
     if c ~= '' then put(s, 'h:' .. o, n .. '/' .. f .. '/') end
-    redis.call('ZADD', s.h, 'GT', ends, o)
+    -- With `~`, as every holders key: one made here takes the name's expiry.
+    if redis.call('ZADD', s.h, 'GT', ends, o, '+inf', '~') == 2 then s.fresh[s.h] = true end
     deadline(s, ends)
   end
 end
@@ -319,7 +320,9 @@ end
 -- A new fencing token: strictly above the last one issued for the name, and never below the
 -- server clock in microseconds (`clock` is a TIME reply). A name without a fence key (its first
 -- token, or its counter expired or was lost in a failover) starts a second ahead of the clock,
--- above any token a client issued from its estimate of the clock. nil if the fence key is
+-- above any token a client issued from its estimate of the clock. The fence key is raised to it
+-- at once: `~fence` goes with the meta hash when the keys expire (a holder that let its lease
+-- run out), and the next token is then minted from the fence key. nil if the fence key is
 -- foreign.
 local function mint(s, clock)
   local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -332,6 +335,7 @@ local function mint(s, clock)
   end
   local token = string.format('%d', last and math.max(last + 1, us) or us + 1000000)
   put(s, '~fence', token)
+  fence_raise(s.f, token, s.ttl)
   return token
 end
 
@@ -425,8 +429,10 @@ end
 
 -- Writes the state back and returns `reply`. Nobody holding or waiting deletes the keys (and
 -- keeps the last token in the fence key); otherwise every key lives until the latest lease end,
--- rounded up to the next whole second, so most calls leave the expiry as it is. A call that
--- wrote nothing creates nothing.
+-- rounded up to the next whole second, so most calls leave the expiry as it is. A pushed expiry
+-- goes onto every key of the name, the holders key too while it holds only `~` (the shared
+-- holders it gets later must not go before their leases). A call that wrote nothing creates
+-- nothing.
 local function finish(s, reply)
   if not s.wrote and next(s.hrem) == nil then return reply end
   if s.sooner and s.channel and not s.qempty then tell_sooner(s) end
@@ -451,7 +457,7 @@ local function finish(s, reply)
   if s.top > s.exp then
     at = (math.floor(s.top / 1000) + 1) * 1000
     put(s, '~exp', at)
-    keys = {[s.m] = true, [s.h] = num(s, '~used') > 0, [s.q] = true}
+    keys = {[s.m] = true, [s.h] = true, [s.q] = true}
   end
   local fields = {}
   for f, v in pairs(s.set) do

@@ -12,14 +12,15 @@
 -- * the head is handed the hold, and nobody behind it could go: an exclusive waiter once
 --   nothing is held (after the exclusive holder, or the last reader), or a permit waiter whose
 --   units fill the semaphore (ZADD, ZREM of the holders for a shared hold, HSET, HDEL,
---   PUBLISH; a ZSCORE of the fence key for the first token a hand-over issues since the name was
---   idle, a PEXPIREAT of the keys when the new lease ends past `~exp`).
+--   PUBLISH, a ZADD GT of the fence key with the token issued; a ZSCORE of the fence key for the
+--   first token a hand-over issues since the name was idle, a PEXPIREAT of the keys when the
+--   new lease ends past `~exp`).
 -- * several waiters from the head go: the readers after the exclusive holder's last hold,
 --   every one up to the first other waiter or the queue's end; the permit waiters while the
 --   permits freed cover them, up to the first they do not (a ZPOPMIN each, the waiter that
 --   stopped them put back; HMGET, ZADD of the holders, HSET, HDEL, PUBLISH; for permits ZREM
---   of the releaser and a ZSCORE of the fence key as above; a PEXPIREAT of the keys when a lease
---   ends past `~exp`).
+--   of the releaser, a ZSCORE of the fence key as above and its ZADD GT; a PEXPIREAT of the
+--   keys when a lease ends past `~exp`).
 -- Anything else (a term that ends before `~next`, a waiter that already holds, an owner queued
 -- twice) falls through to the general path, which sees the name exactly as it was (every
 -- waiter popped and not handed the hold is put back first).
@@ -38,14 +39,15 @@ do
     return last or us + 999999
   end
   -- The keys live until the latest lease end, rounded up to the next second: when `top` ends
-  -- past `~exp` (m[8]), the new expiry goes into `fields` and onto the keys (the holders' key
-  -- too when `holders`). Returns whether it did.
-  local function expire(m, top, fields, holders)
+  -- past `~exp` (m[8]), the new expiry goes into `fields` and onto every key (the holders key
+  -- too when it holds only `~`: shared holders it gets later must not go before their leases).
+  -- Returns whether it did.
+  local function expire(m, top, fields)
     if top <= (tonumber(m[8]) or 0) then return false end
     local at = (math.floor(top / 1000) + 1) * 1000
     fields[#fields + 1], fields[#fields + 2] = '~exp', at
     redis.call('PEXPIREAT', KEYS[1], at)
-    if holders then redis.call('PEXPIREAT', KEYS[2], at) end
+    redis.call('PEXPIREAT', KEYS[2], at)
     redis.call('PEXPIREAT', KEYS[3], at)
     return true
   end
@@ -124,6 +126,8 @@ do
           -- A permit waiter that holds already is not this path's (ZADD NX changes nothing).
           if fence and (wop ~= 's' or redis.call('ZADD', KEYS[2], 'NX', ends, o) == 1) then
             local token = string.format('%d', math.max(fence + 1, us))
+            -- The fence key holds it at once (queue_lib's mint).
+            fence_raise(KEYS[4], token, ARGV[5])
             local fields
             if wop == 's' then
               fields = {'h:' .. o, units .. '/' .. token .. '/' .. c, '~used', left + units,
@@ -133,7 +137,7 @@ do
                         '~wclient', c, '~fence', token}
               if not excl then fields[#fields + 1] = '~used'; fields[#fields + 1] = 0 end
             end
-            expire(m, ends, fields, wop == 's')
+            expire(m, ends, fields)
             redis.call('HSET', KEYS[1], unpack(fields))
             if not excl then unshare() end
             tell(ARGV[4], {c .. '/' .. o .. ':' .. token .. ':' .. term .. ':' .. head[2]})
@@ -196,13 +200,15 @@ do
               told[#told + 1] = g[2] .. '/' .. g[1] .. ':' .. token .. ':' .. g[3] .. ':' .. g[4]
             end
             if permits then
-              fields[#fields + 1], fields[#fields + 2] = '~fence', string.format('%d', fence)
+              local last = string.format('%d', fence)
+              fields[#fields + 1], fields[#fields + 2] = '~fence', last
+              fence_raise(KEYS[4], last, ARGV[5])
             end
             holders[#holders + 1], holders[#holders + 2] = '+inf', '~'
             -- The holders' key made here (its `~` new) takes the name's expiry.
             local made = call_all('ZADD', KEYS[2], holders, 'GT') > #going
             local exp = tonumber(m[8]) or 0
-            if not expire(m, top, fields, true) and made and exp > 0 then
+            if not expire(m, top, fields) and made and exp > 0 then
               redis.call('PEXPIREAT', KEYS[2], exp)
             end
             call_all('HSET', KEYS[1], fields)

@@ -157,18 +157,18 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "97f46c9797758c670c4e31a911a5dda09d0b4df8",
-                "10639eb719622cedb46a711f8bb1312d22a5328c",
+                "b934d0a584d0e58978317c6a8f2fe825d7c063d8",
+                "d2e38b9993d3a1a0399e7f075ae0a6d198b766b2",
             ),
             (
                 &*QUEUE_RELEASE,
-                "961a6030cac6acfc51a59dcb68ff9a9f8cea883c",
-                "4400e3a152fcbdacd7e01c3a43966bb5acd07a03",
+                "4a30685d1c7127abd1dd396f202d07b57b4a0778",
+                "64451303263a1ad0f32b0155f86a1ac3505dd97f",
             ),
             (
                 &*QUEUE_EXTEND,
-                "f268d25b246d7c0b03c70add247f96fbeef397ee",
-                "d3491704598a011b3a286ddf0fd2c8b8fb13d2e8",
+                "33138e96ce1c74c5357c2472248c21873c5ad4f0",
+                "d316a7497c0795fd025c2de74df9ef177dfd1ea5",
             ),
             (
                 &*INSPECT,
