@@ -181,8 +181,13 @@ impl Durability {
 ///   last critical section and about a round trip); the next local waiter then holds back for
 ///   `head_start`, so that the other process, woken by the release's message, gets the lock
 ///   first. Default: 64 passes, 5 ms, 2 ms head start.
-/// * **Fencing**: the acquisition in Redis takes `passes + 1` fencing tokens at once, and each
-///   local holder gets the next: tokens rise with every acquisition, local or not.
+/// * **Fencing**: the acquisition in Redis takes up to `passes + 1` fencing tokens at once, and
+///   each local holder gets the next: tokens rise with every acquisition, local or not. A
+///   block ends at most one second (1,000,000 tokens) past the server's clock as the client
+///   estimates it, where a new counter starts: however many passes a hold reserves, and
+///   however often, the name's counter never runs further ahead of the clock than that (a
+///   counter that ran that far takes no block, and its holds pass no further until the clock
+///   catches up).
 /// * **Lease, watchdog and `lost()`**: the hold in Redis is the same one, renewed by the
 ///   watchdog as long as some local guard holds it; every local guard sees its lease and its
 ///   loss.

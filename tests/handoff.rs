@@ -337,6 +337,60 @@ async fn a_view_of_a_passed_hold_says_not_held() {
 }
 
 #[tokio::test]
+async fn blocks_of_tokens_never_carry_the_counter_past_a_new_counters_start() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // Passes enough for a second of tokens and more in every hold taken in Redis.
+        let client = redis
+            .builder()
+            .local_handoff(LocalHandoff::new(
+                LocalHandoff::MAX_PASSES,
+                Duration::from_secs(10),
+            ))
+            .build()
+            .unwrap();
+        let mutex = client.mutex("block").unwrap();
+        let fence = format!("{}:fence", redis.lock_key("block"));
+        let mut conn = redis.conn().await;
+        let mut last_token = 0;
+        for _ in 0..3 {
+            // A hold taken alone goes back to Redis when a waiter comes; the waiter's hold then
+            // reserves tokens for passes, and passes one.
+            let alone = mutex.lock().await.unwrap();
+            let waiter = queued(&mutex).await;
+            alone.unlock().await.unwrap();
+            let held = waiter.await.unwrap();
+            let waiter = queued(&mutex).await;
+            let token = held.fencing_token();
+            assert!(token > last_token);
+            held.unlock().await.unwrap();
+            let passed = waiter.await.unwrap();
+            assert_eq!(passed.fencing_token(), token + 1, "the hold was not passed");
+            last_token = passed.fencing_token();
+            passed.unlock().await.unwrap();
+            // The counter stands at most a second (and the client's lead on the clock, far
+            // under 200 ms here) ahead of the server's clock: where a new counter would start.
+            let counter: f64 = redis::cmd("ZSCORE")
+                .arg(&fence)
+                .arg("~")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let now = redlatch_harness::measure::server_micros(&mut conn)
+                .await
+                .unwrap();
+            assert!(
+                (counter as u64) < now + 1_200_000,
+                "the counter stands {} ms ahead of the clock",
+                (counter as u64).saturating_sub(now) / 1000
+            );
+        }
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_lost_hold_lets_local_waiters_take_the_lock_in_redis() {
     let redis = TestRedis::new();
     within(LIMIT, async {

@@ -81,6 +81,9 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
     let mut held = engine.acquire_in_redis(ask, remaining, waited).await?;
     leading.done();
     cohort.holding(held.hold());
+    // The block Redis gave may be shorter than asked (`mutex::BLOCK_SPAN`).
+    let reserved = held.block.saturating_sub(held.fence);
+    let passes = passes.min(u32::try_from(reserved).unwrap_or(u32::MAX));
     held.baton = Some(Baton::new(cohort, Instant::now(), held.fence, passes));
     Ok(held)
 }

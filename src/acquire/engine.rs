@@ -22,7 +22,8 @@ use crate::time::after;
 use crate::token::OwnerToken;
 
 /// What one acquisition asks for: `units` of `op` for `owner`, claimed as `claim`; a fresh
-/// plain mutex grant takes `tokens` fencing tokens (more than one for a hold passed locally).
+/// plain mutex grant takes up to `tokens` fencing tokens (more than one for a hold passed
+/// locally; see `mutex::block_end`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask {
     pub(crate) op: Op,
@@ -42,11 +43,6 @@ impl Ask {
             claim,
             tokens: 1,
         }
-    }
-
-    /// The last token of the block a grant of first token `fence` takes.
-    fn last_token(self, fence: u64) -> u64 {
-        fence.saturating_add(u64::from(self.tokens.saturating_sub(1)))
     }
 }
 
@@ -376,6 +372,7 @@ impl Engine {
         Held {
             owner: ask.owner,
             fence,
+            block: fence,
             lease: Lease::new(hold, self.core.tasks.clone()),
             baton: None,
             since: Some(Instant::now()),
@@ -416,7 +413,7 @@ impl Engine {
             let value = mutex::value(token, waiters, &owner);
             let fence = Fence::Token {
                 token,
-                last: ask.last_token(token),
+                last: mutex::block_end(token, ask.tokens, floor.unwrap_or(0)),
             };
             if let Some(taken) = self.take(ask, &owner, value, !waiters, fence).await {
                 return taken;
@@ -436,9 +433,10 @@ impl Engine {
         let (answer, acks) = self.send_noted(&request, ask, sent_at, true).await?;
         Ok(match answer {
             Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
-            Answer::Granted { fence, .. } => {
+            Answer::Granted { fence, last, .. } => {
                 let value = (!waiters).then(|| mutex::value(fence, false, &owner));
-                let held = self.held(ask, owner, fence, sent_at, value);
+                let mut held = self.held(ask, owner, fence, sent_at, value);
+                held.block = last;
                 Attempt::Acquired(Self::replicated(held, acks)?)
             }
             Answer::Busy { wait, .. } => Attempt::Busy(wait),
@@ -463,12 +461,12 @@ impl Engine {
             .await
             .inspect_err(|_| names.taken(&self.keys.lock))?;
         match answer {
-            Answer::Granted { fence, clock } => {
+            Answer::Granted { clock, last, .. } => {
                 if let Some(us) = clock {
                     self.core.backend.clock().heard(us, sent_at);
                 }
                 if ask.claim.is_fresh() {
-                    names.granted(&self.keys.lock, ask.last_token(fence), free);
+                    names.granted(&self.keys.lock, last, free);
                 }
             }
             Answer::Busy { last, .. } => names.busy(&self.keys.lock, last),
@@ -545,7 +543,8 @@ impl Engine {
                 };
                 free.granted(&self.keys.lock, last, true);
                 let value = keep.then_some(value);
-                let held = self.held(ask, owner.to_owned(), token, sent_at, value);
+                let mut held = self.held(ask, owner.to_owned(), token, sent_at, value);
+                held.block = last.max(token);
                 Some(Ok(Attempt::Acquired(held)))
             }
         }

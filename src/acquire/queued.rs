@@ -153,6 +153,7 @@ pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Ins
     Held {
         owner: ask.owner,
         fence: grant.fence,
+        block: grant.fence,
         lease: Lease::new(hold, engine.core.tasks.clone()),
         baton: None,
         since: Some(Instant::now()),

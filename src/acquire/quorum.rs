@@ -95,7 +95,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     let mut replies = quorum.each(&request, node_deadline);
     while let Some((node, reply)) = replies.next().await {
         match reply {
-            Ok(Answer::Granted { fence, clock }) => {
+            Ok(Answer::Granted { fence, clock, .. }) => {
                 if let Some(us) = clock {
                     engine.core.backend.clock().heard(us, Instant::now());
                 }

@@ -329,6 +329,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
             let next = Held {
                 owner: held.owner,
                 fence: baton.next,
+                block: baton.last,
                 lease: held.lease.relay(),
                 baton: Some(Baton {
                     cohort: Arc::clone(&cohort),

@@ -370,6 +370,9 @@ impl Drop for Lease {
 pub(crate) struct Held {
     pub(crate) owner: OwnerToken,
     pub(crate) fence: u64,
+    /// The last fencing token reserved with the hold: `fence`, or more for the passes of local
+    /// hand-off (a plain mutex's block).
+    pub(crate) block: u64,
     pub(crate) lease: Lease,
     /// A plain mutex's hold that may pass to another task of this client when let go.
     pub(crate) baton: Option<Baton>,

@@ -172,10 +172,15 @@ impl Claim {
 /// The answer to an acquisition attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
-    /// Acquired, with this fencing token (0 for read holds), and the server clock in µs when
-    /// the script read it (the mutex's acquisition without a floor or with a new counter; every
-    /// grant of the queue scripts).
-    Granted { fence: u64, clock: Option<u64> },
+    /// Acquired, with this fencing token (0 for read holds), the server clock in µs when the
+    /// script read it (the mutex's acquisition without a floor or with a new counter; every
+    /// grant of the queue scripts), and the last token of the block the grant took (`fence`
+    /// itself, or more for a plain mutex's local hand-off: see `mutex::Acquire::tokens`).
+    Granted {
+        fence: u64,
+        clock: Option<u64>,
+        last: u64,
+    },
     /// Not now: nothing changes without a wake-up message for `wait` (until the holder's lease
     /// ends, or the earliest lease end; `None`: unknown or never). `ticket` when the attempt
     /// left (or kept) the owner waiting in the name's queue: its place's ticket, which a

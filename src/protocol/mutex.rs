@@ -12,6 +12,19 @@ use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 
+/// How far past its floor (the server clock, or the client's estimate of it) a block of fencing
+/// tokens may end, in tokens (µs): the second ahead of the clock where a new counter starts. A
+/// counter that runs that far ahead takes no block, so blocks never carry it further, however
+/// many passes a hold reserves (`mutex_acquire.lua`'s `SPAN`).
+pub(crate) const BLOCK_SPAN: u64 = 1_000_000;
+
+/// The last token of a block of at most `tokens` from `token` on, for a floor of `floor`
+/// ([`BLOCK_SPAN`]; the script's rule, for the block the client proposes in plain commands).
+pub(crate) fn block_end(token: u64, tokens: u32, floor: u64) -> u64 {
+    let most = token.saturating_add(u64::from(tokens.saturating_sub(1)));
+    most.min(floor.saturating_add(BLOCK_SPAN)).max(token)
+}
+
 /// The string of a mutex held once by `owner` with fencing token `token`, marked `w` when a
 /// waiter found it busy (`mutex_value` of `lua/v1/mutex_lib.lua`).
 pub(crate) fn value(token: u64, waited: bool, owner: &str) -> String {
@@ -41,8 +54,9 @@ pub(crate) struct Acquire<'a> {
     /// Other waiters of this client wait for the name: the grant is marked so that its
     /// release publishes a wake-up.
     pub(crate) waiters: bool,
-    /// How many fencing tokens a fresh grant takes (1, or more for a hold this client may
-    /// pass to its own waiters): the grant's token and the ones after it.
+    /// How many fencing tokens a fresh grant takes at most (1, or more for a hold this client
+    /// may pass to its own waiters): the grant's token and the ones after it, up to
+    /// [`BLOCK_SPAN`] past the floor (the answer says where the block ends).
     pub(crate) tokens: u32,
 }
 
@@ -72,10 +86,18 @@ impl Request for Acquire<'_> {
         let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
         let (status, reply) = Reply::decode("mutex_acquire", raw, &keys, MUTEX_LAYOUT)?;
         match status {
-            1 => Ok(Answer::Granted {
-                fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
-                clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
-            }),
+            1 => {
+                let fence = u64::try_from(reply.int(1)?).unwrap_or_default();
+                Ok(Answer::Granted {
+                    fence,
+                    clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
+                    last: reply
+                        .int(4)
+                        .ok()
+                        .and_then(|last| u64::try_from(last).ok())
+                        .map_or(fence, |last| last.max(fence)),
+                })
+            }
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
                 ticket: None,

@@ -120,10 +120,14 @@ impl Request for Acquire<'_> {
         let keys = self.keys.queued();
         let (status, reply) = Reply::decode("queue_acquire", raw, &keys, self.family.layout())?;
         match status {
-            1 => Ok(Answer::Granted {
-                fence: u64::try_from(reply.int(1)?).unwrap_or_default(),
-                clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
-            }),
+            1 => {
+                let fence = u64::try_from(reply.int(1)?).unwrap_or_default();
+                Ok(Answer::Granted {
+                    fence,
+                    clock: reply.int(3).ok().and_then(|now| u64::try_from(now).ok()),
+                    last: fence,
+                })
+            }
             0 => Ok(Answer::Busy {
                 wait: ms(reply.int(1)?),
                 ticket: u64::try_from(reply.int(2)?).ok().filter(|t| *t > 0),

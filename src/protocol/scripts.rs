@@ -137,8 +137,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "324ed6828db80a4b3329fd2680f6a64f9f970329",
-                "fb94b25d2385e9a87e97fabbf52ff2fcdeb4a7ed",
+                "4ed17e9576a66cf561f01127139448601f804b1b",
+                "cc22ac258f266020792cd1bdb95c9d533d8b110d",
             ),
             (
                 &*MUTEX_RELEASE,
