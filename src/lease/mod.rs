@@ -147,7 +147,8 @@ impl Hold {
         }
     }
 
-    /// Which guard has the hold now (see [`Hold::turn`]'s field).
+    /// Which guard has the hold now: 0 for the first, one more at each let-go of a guard that
+    /// could pass it.
     pub(crate) fn turn(&self) -> u64 {
         self.turn.load(Ordering::SeqCst)
     }
