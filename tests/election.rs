@@ -391,6 +391,10 @@ async fn force_unlock_deposes_a_leader() {
             leadership.proclaim("w").await,
             Err(Error::NotHeld { .. })
         ));
+        assert!(!leadership.is_held());
+        tokio::time::timeout(Duration::from_secs(5), leadership.lost())
+            .await
+            .expect("a leader told it was deposed is lost at once, not at its next renewal");
         drop(leadership);
         until(|| async { redis.leftovers().await.is_empty() }).await;
     })

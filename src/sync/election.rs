@@ -444,8 +444,10 @@ impl Leadership {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `value` is longer than [`MAX_LEADER_VALUE`];
-    /// [`Error::NotHeld`] if this leadership is over (its lease ran out, or it was lost);
-    /// [`Error::Pool`] or [`Error::Redis`] if Redis cannot be reached.
+    /// [`Error::NotHeld`] if this leadership is over (its lease ran out, or it was lost, or
+    /// Redis no longer holds it: it is then lost from this call on, and
+    /// [`lost`](Self::lost) completes); [`Error::Pool`] or [`Error::Redis`] if Redis cannot be
+    /// reached.
     ///
     /// # Cancel safety
     ///
@@ -461,15 +463,20 @@ impl Leadership {
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
         check_value(&value)?;
-        let written = write_record(&self.engine, self.guard()?, Some(&value)).await?;
+        let guard = self.guard()?;
+        let written = write_record(&self.engine, guard, Some(&value)).await?;
         match written {
             Some(_) => {
                 self.value = value;
                 Ok(())
             }
-            None => Err(Error::NotHeld {
-                name: self.engine.name.to_string(),
-            }),
+            None => {
+                // Deposed: the leadership is lost now, not at its next renewal.
+                guard.mark_lost();
+                Err(Error::NotHeld {
+                    name: self.engine.name.to_string(),
+                })
+            }
         }
     }
 

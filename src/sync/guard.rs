@@ -60,6 +60,12 @@ impl MutexGuard {
         Self { held, engine }
     }
 
+    /// Redis said this hold is gone (an election's leader that found its record taken): it is
+    /// lost from now on, as a renewal that found it gone would mark it.
+    pub(super) fn mark_lost(&self) {
+        self.held.hold().mark_lost();
+    }
+
     /// Takes the lock of `engine` (a mutex or fair mutex) for `owner`, waiting up to `timeout`.
     pub(super) async fn acquire(
         engine: &Engine,
