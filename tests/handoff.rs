@@ -60,6 +60,15 @@ async fn queued(mutex: &redlatch::Mutex) -> tokio::task::JoinHandle<MutexGuard> 
     waiter
 }
 
+/// A hold of `mutex` that reserved tokens for passes: one taken alone reserves none and goes
+/// back to Redis when a waiter comes, and that waiter's hold, taken while it was wanted, does.
+async fn hold_with_passes(mutex: &redlatch::Mutex) -> MutexGuard {
+    let alone = mutex.lock().await.unwrap();
+    let waiter = queued(mutex).await;
+    alone.unlock().await.unwrap();
+    waiter.await.unwrap()
+}
+
 async fn counted(redis: &TestRedis, key: &str) -> u64 {
     let mut conn = redis.conn().await;
     redis::cmd("GET")
@@ -303,12 +312,7 @@ async fn a_view_of_a_passed_hold_says_not_held() {
     within(LIMIT, async {
         let client = redis.client();
         let mutex = client.mutex("viewed").unwrap();
-        // The first hold goes back to Redis (no tokens reserved); the waiter's hold reserves
-        // them, and is passed.
-        let alone = mutex.lock().await.unwrap();
-        let waiter = queued(&mutex).await;
-        alone.unlock().await.unwrap();
-        let first = waiter.await.unwrap();
+        let first = hold_with_passes(&mutex).await;
         let waiter = queued(&mutex).await;
         let view = first.view();
         let lost = first.lost();
@@ -354,12 +358,8 @@ async fn blocks_of_tokens_never_carry_the_counter_past_a_new_counters_start() {
         let mut conn = redis.conn().await;
         let mut last_token = 0;
         for _ in 0..3 {
-            // A hold taken alone goes back to Redis when a waiter comes; the waiter's hold then
-            // reserves tokens for passes, and passes one.
-            let alone = mutex.lock().await.unwrap();
-            let waiter = queued(&mutex).await;
-            alone.unlock().await.unwrap();
-            let held = waiter.await.unwrap();
+            // A hold that reserved tokens passes one.
+            let held = hold_with_passes(&mutex).await;
             let waiter = queued(&mutex).await;
             let token = held.fencing_token();
             assert!(token > last_token);
