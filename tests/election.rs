@@ -123,6 +123,38 @@ async fn candidates_lead_in_turn_and_observers_see_every_change_in_order() {
 }
 
 #[tokio::test]
+async fn an_observer_sees_a_silent_leader_go_when_its_own_lease_ends() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        // The observer's handle has the default lease (30 s); the leader's is 1 s.
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let watcher = redis.client();
+        let mut changes = watcher.election("quiet").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let leader = cut
+            .election("quiet")
+            .unwrap()
+            .with_lease(Duration::from_secs(1))
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        let shown = changes.next().await.unwrap().unwrap().unwrap();
+        assert_eq!(shown.value, "here");
+        // Cut off, it renews nothing and publishes nothing: its lease runs out in Redis.
+        proxy.set(Mode::Blackhole);
+        let gone = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("the observer still shows the leader 10 s after its 1 s lease stopped being renewed");
+        assert_eq!(gone.unwrap().unwrap(), None);
+        drop(leader);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store() {
     let redis = TestRedis::own();
     within(LIMIT, async {

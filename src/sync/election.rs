@@ -246,8 +246,9 @@ impl Election {
     /// buffer (256 messages) skips to the present.
     ///
     /// A leader that dies without resigning publishes nothing: the stream reads the election
-    /// again when that leader's lease would end (one read per lease while a leader lives),
-    /// and shows the next leader as soon as it writes its value.
+    /// again when that leader's lease would end, as Redis says (a read when a new leader's
+    /// record arrives learns it, whatever lease this handle has; then one read per lease while
+    /// the leader lives), and shows the next leader as soon as it writes its value.
     ///
     /// # Errors
     ///
@@ -669,15 +670,20 @@ impl Observer {
         match wake::parse(payload) {
             Wake::Leader { term, seq, value } => {
                 if (term, seq) > self.version {
+                    let new_term = term > self.version.0;
                     self.version = (term, seq);
                     let now = value.map(|value| Leader {
                         term,
                         value: value.to_owned(),
                     });
-                    // A leader's lease is at most a lease from now; a read then learns more.
-                    self.timer = now
-                        .is_some()
-                        .then(|| after(Instant::now(), self.engine.lease.saturating_add(LATE)));
+                    // A new leader's lease is its own, not this observer's: a read soon after
+                    // its record learns when it ends (and sets the timer there); a new value
+                    // of the same leader keeps the timer a read set.
+                    self.timer = match (&now, self.timer) {
+                        (None, _) => None,
+                        (Some(_), Some(at)) if !new_term => Some(at),
+                        (Some(_), _) => Some(after(Instant::now(), LATE)),
+                    };
                     self.show(now);
                 }
             }
