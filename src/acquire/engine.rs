@@ -544,7 +544,7 @@ impl Engine {
                 free.granted(&self.keys.lock, last, true);
                 let value = keep.then_some(value);
                 let mut held = self.held(ask, owner.to_owned(), token, sent_at, value);
-                held.block = last.max(token);
+                held.block = last;
                 Some(Ok(Attempt::Acquired(held)))
             }
         }
