@@ -242,6 +242,44 @@ async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store(
 }
 
 #[tokio::test]
+async fn a_resign_cancelled_before_its_request_was_sent_still_tells_observers() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        // The leader's handle keeps the default lease (30 s): an observer not told of the
+        // resignation would show it for that long.
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let watcher = redis.client();
+        let mut changes = watcher.election("gone").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let election = cut.election("gone").unwrap();
+        let leadership = election.campaign("here").await.unwrap();
+        let shown = changes.next().await.unwrap().unwrap().unwrap();
+        assert_eq!(shown.value, "here");
+        // The leader's client gives up its connection (a reply lost), and its next one cannot
+        // get through: the resignation is cancelled while it waits for a connection, before
+        // its request was sent.
+        proxy.lose_next_reply();
+        assert!(election.leader().await.is_err());
+        assert_eq!(proxy.replies_lost(), 1);
+        proxy.set(Mode::Blackhole);
+        let cancelled = tokio::time::timeout(Duration::from_millis(300), leadership.resign()).await;
+        assert!(
+            cancelled.is_err(),
+            "the resignation got through the blackhole"
+        );
+        proxy.set(Mode::Pass);
+        let told = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("the observer still shows the leader 10 s after its resignation was cancelled");
+        assert_eq!(told.unwrap().unwrap(), None);
+        assert_eq!(election.leader().await.unwrap(), None);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_dropped_leadership_resigns_and_the_next_candidate_leads() {
     let redis = TestRedis::new();
     within(LIMIT, async {

@@ -501,10 +501,15 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub async fn resign(mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
+        let Some(guard) = &self.guard else {
             return Ok(());
         };
-        let told = write_record(&self.engine, &guard, None).await.map(drop);
+        // The guard stays in the leadership until the record is written: dropped before, the
+        // leadership resigns in the background (its `Drop`), as if never asked.
+        let told = write_record(&self.engine, guard, None).await.map(drop);
+        let Some(guard) = self.guard.take() else {
+            return told;
+        };
         told.and(guard.unlock().await)
     }
 }
