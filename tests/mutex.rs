@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch::{Error, OwnerToken};
-use support::{TestRedis, within};
+use support::{TestRedis, until, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -293,6 +293,48 @@ async fn lock_timeout_gives_up_with_a_typed_error() {
             .unwrap_err();
         assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
         assert!(held.is_held());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lease_the_drift_allowance_leaves_nothing_of_is_refused() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // 50 ms of every lease is not counted on: a 40 ms lease would leave no time to hold,
+        // and every grant would come too late to be used (the acquisition retried for ever).
+        let client = redis
+            .builder()
+            .drift(0.0, Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let short = Duration::from_millis(40);
+        let refused = |r: redlatch::Result<()>| {
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "lease", .. })),
+                "{r:?}"
+            );
+        };
+        refused(client.mutex("m").unwrap().with_lease(short).map(drop));
+        refused(client.fair_mutex("f").unwrap().with_lease(short).map(drop));
+        refused(
+            client
+                .semaphore("s", 2)
+                .unwrap()
+                .with_lease(short)
+                .map(drop),
+        );
+        refused(client.rwlock("r").unwrap().with_lease(short).map(drop));
+        refused(client.election("e").unwrap().with_lease(short).map(drop));
+        // A lease with time left after the allowance works, and leaves nothing behind.
+        let fair = client
+            .fair_mutex("f")
+            .unwrap()
+            .with_lease(Duration::from_millis(500))
+            .unwrap();
+        let guard = fair.lock_timeout(Duration::from_secs(5)).await.unwrap();
+        guard.unlock().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

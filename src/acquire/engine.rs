@@ -144,6 +144,14 @@ impl Engine {
     /// A fixed lease that the watchdog does not renew.
     pub(crate) fn with_lease(mut self, lease: Duration) -> Result<Self> {
         lease_ms(lease)?;
+        // A grant is counted on for the lease less the client's drift allowance: with nothing
+        // left, every grant would come too late to be used.
+        if self.core.config.drift.validity(lease).is_zero() {
+            return Err(Error::invalid(
+                "lease",
+                format!("the client's drift allowance leaves nothing of {lease:?}"),
+            ));
+        }
         self.lease = lease;
         self.renew = false;
         Ok(self)
