@@ -88,6 +88,18 @@ impl Nodes {
             .expect("KEYS")
     }
 
+    /// How many times the lock of `name` is held on server `i` (its string's count of holds),
+    /// `None` when it is not held there.
+    async fn hold_count(&self, i: usize, name: &str) -> Option<u64> {
+        let mut conn = self.conn(i).await;
+        let lock: Option<String> = redis::cmd("GET")
+            .arg(format!("{}:{{{name}}}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        lock.and_then(|l| l.split(' ').nth(2)?.parse().ok())
+    }
+
     /// Whether server `i` holds the lock hash of `name`.
     async fn holds(&self, i: usize, name: &str) -> bool {
         let mut conn = self.conn(i).await;
@@ -218,6 +230,67 @@ async fn reentry_three_deep_is_one_hold_with_one_token() {
         // The release reached a majority before it returned; the rest follow at once.
         for i in 0..5 {
             until(|| async { !nodes.holds(i, "re").await }).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_release_that_may_have_reached_a_node_is_not_sent_again() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        // Node 0 refuses every connection: each call to it fails before it is sent.
+        nodes.proxies[0].set(Mode::Refuse);
+        let client = nodes
+            .builder()
+            .node_timeout(Duration::from_millis(100))
+            .build()
+            .expect("client");
+        let other = nodes.client();
+        let outer = client
+            .mutex("r")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        let inner = outer.reenter().await.expect("reenter");
+        for i in [1, 2] {
+            assert_eq!(nodes.hold_count(i, "r").await, Some(2), "node {i}");
+        }
+        // Nodes 1 and 2 run the inner hold's release, but their answers come too late: the
+        // release reached them, and must not be sent again (it would take the outer hold too).
+        nodes.proxies[1].set(Mode::HoldReplies);
+        nodes.proxies[2].set(Mode::HoldReplies);
+        drop(inner);
+        for i in [1, 2] {
+            until(|| async { nodes.hold_count(i, "r").await == Some(1) }).await;
+        }
+        // Past the node timeout and the retries (20 ms, then 40 ms) of a release that reached
+        // no node: time is the point here.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        nodes.proxies[1].set(Mode::Pass);
+        nodes.proxies[2].set(Mode::Pass);
+        for i in [1, 2] {
+            assert_eq!(
+                nodes.hold_count(i, "r").await,
+                Some(1),
+                "node {i}: the outer hold is still there"
+            );
+        }
+        assert!(outer.is_held());
+        assert!(
+            other
+                .mutex("r")
+                .expect("mutex")
+                .try_lock()
+                .await
+                .expect("try")
+                .is_none(),
+            "another client took a name the outer guard holds"
+        );
+        outer.unlock().await.expect("unlock");
+        for i in 0..3 {
+            until(|| async { !nodes.holds(i, "r").await }).await;
         }
     })
     .await;

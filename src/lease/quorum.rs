@@ -17,6 +17,8 @@ use crate::time::after;
 /// every node, so a waiter that hears it from several wakes once. `Ok` when a node released a
 /// hold, [`Error::NotHeld`] when a majority held nothing for the owner; the nodes that do not
 /// answer within the node timeout are left to run out (or to run the release when they do).
+/// [`Error::Pool`] only when the release reached no node (each failed for a connection), so
+/// that a caller may send it again.
 pub(super) async fn release(quorum: &Quorum, hold: &Hold) -> Result<()> {
     let message = format!("1@{:016x}", fastrand::u64(..));
     let request = mutex::Release {
@@ -36,8 +38,13 @@ pub(super) async fn release(quorum: &Quorum, hold: &Hold) -> Result<()> {
         match reply {
             Ok(_) => released += 1,
             Err(Error::NotHeld { .. }) => not_held += 1,
+            // A node that may have run the release (it was sent, its answer did not come)
+            // outranks one that never got it (`Error::Pool`): only a release that reached no
+            // node may be sent again, or a re-entered hold would lose two counts for one.
             Err(err) => {
-                failure.get_or_insert(err);
+                if failure.as_ref().is_none_or(|f| matches!(f, Error::Pool(_))) {
+                    failure = Some(err);
+                }
             }
         }
         if released >= majority || not_held >= majority {
