@@ -121,7 +121,10 @@ pub enum Durability {
     #[default]
     None,
     /// Acknowledged by every replica connected to the master when the write ran (none
-    /// connected: nothing to wait for), within `timeout`.
+    /// connected: nothing to wait for), within `timeout`. How many are connected is read with
+    /// `ROLE` (ACL category `@dangerous`): a user that may not run it gets
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) with `acked: 0` for every write,
+    /// whose hold is given back; give such a user [`Replicas`](Self::Replicas) instead.
     AllReplicas {
         /// How long to wait at most.
         timeout: Duration,

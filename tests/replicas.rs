@@ -123,6 +123,54 @@ async fn a_cut_replication_fails_a_durable_acquire_and_leaves_nothing() {
     .await;
 }
 
+/// `ROLE` is `@dangerous`: a user without that category (a common hardening) cannot ask how
+/// many replicas are connected, and an acquisition that must reach every one of them cannot
+/// know it did. It fails, and gives back what it took, rather than count as replicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_replicas_is_never_taken_as_acknowledged_when_role_is_refused() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let mut admin = bed.conn(&bed.master).await;
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "hardened", "on", ">secret", "~*", "&*"][..])
+            .arg(&["+@all", "-@dangerous"][..])
+            .query_async(&mut admin)
+            .await
+            .expect("ACL SETUSER");
+        let url = format!("redis://hardened:secret@127.0.0.1:{}", bed.master.port());
+        let pool = deadpool_redis::Config::from_url(url.as_str())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        let client = redlatch::LockClient::builder(pool, url.as_str())
+            .key_prefix(&bed.prefix)
+            .durability(Durability::AllReplicas {
+                timeout: Duration::from_millis(300),
+            })
+            .build()
+            .expect("client");
+        // The replica is connected but acknowledges nothing.
+        bed.link.set(Mode::Blackhole);
+        for handle in ["mutex", "fair"] {
+            let result = match handle {
+                "mutex" => client.mutex("hard").expect("mutex").lock().await.map(drop),
+                _ => client
+                    .fair_mutex("hard")
+                    .expect("fair")
+                    .lock()
+                    .await
+                    .map(drop),
+            };
+            assert!(
+                matches!(result, Err(Error::NotReplicated { acked: 0, .. })),
+                "{handle}: {result:?}"
+            );
+            until(|| async { !bed.exists(&bed.master, "hard").await }).await;
+        }
+        bed.link.set(Mode::Pass);
+    })
+    .await;
+}
+
 /// A durable hold whose renewals no replica acknowledges is at risk: its deadline stays where
 /// the last acknowledged renewal put it, `lost()` fires there (while the master, which renewed
 /// it, still has it), and a manual extension fails with `NotReplicated`. A hold whose

@@ -218,8 +218,24 @@ async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResu
         .collect();
     let received = wait(&conn, &batch, &wanted).await;
     let fsynced = wait_aof(&conn, &batch).await;
-    let broken = match (&received, &fsynced, &role) {
-        (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => Some(err.clone()),
+    // `ROLE` refused (an ACL without `@dangerous`) or unanswered: how many replicas are
+    // connected is unknown, and a write that must reach all of them cannot be known to have.
+    let role_failed = match &role {
+        Ok(_) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "ROLE failed: a write cannot be confirmed on every replica");
+            Some(err)
+        }
+    };
+    // A refused `ROLE` is the user's rights, not the connection's state.
+    let role_broken = role_failed.filter(|err| {
+        err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_timeout()
+            || err.is_unrecoverable_error()
+    });
+    let broken = match (&received, &fsynced, role_broken) {
+        (Err(err), _, _) | (_, Err(err), _) | (_, _, Some(err)) => Some(err.clone()),
         // A demoted master: the next round takes a connection to the master there is now.
         _ => replies
             .iter()
@@ -233,7 +249,13 @@ async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResu
                 replicas.saturating_add(u32::from(local && on_master > 0))
             }),
         };
+        let every_replica = job.want.aof.is_none() && job.want.replicas.is_none();
         let answer = match (reply, acked) {
+            (Ok(raw), _) if every_replica && role_failed.is_some() => Ok(Acked {
+                raw,
+                acked: 0,
+                wanted: wanted.max(1),
+            }),
             (Ok(raw), Ok(acked)) => Ok(Acked { raw, acked, wanted }),
             (Err(err), _) => Err(Error::from(err)),
             (Ok(_), Err(err)) => Err(shared(&err)),
