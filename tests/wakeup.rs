@@ -139,6 +139,74 @@ async fn waiters_survive_a_lost_subscription() {
     .await;
 }
 
+/// How many connections the server has accepted since it started.
+async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// A subscription the server refuses (here a user that may subscribe to no channel, given for
+/// the subscriptions only) is tried again with the same pause as a connection that fails, not
+/// at once for ever; its waiters poll meanwhile, and get the lock.
+#[tokio::test]
+async fn a_subscription_the_server_refuses_is_retried_after_a_pause() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let mut admin = redis.conn().await;
+        let _: () = redis::cmd("ACL")
+            .arg(
+                &[
+                    "SETUSER",
+                    "deaf",
+                    "on",
+                    ">secret",
+                    "~*",
+                    "resetchannels",
+                    "+@all",
+                ][..],
+            )
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let deaf = redis.url.replacen("redis://", "redis://deaf:secret@", 1);
+        let client = redlatch::LockClient::builder(redis.pool(), deaf.as_str())
+            .key_prefix(&redis.prefix)
+            .build()
+            .unwrap();
+        let holder = redis
+            .client()
+            .mutex("refused")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let m = client.mutex("refused").unwrap();
+        let waiting = tokio::spawn(async move { m.lock_timeout(Duration::from_secs(30)).await });
+        // Time is the point here: how many connections two seconds of refusals cost.
+        let before = connections_received(&mut admin).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let made = connections_received(&mut admin).await - before;
+        assert!(
+            made <= 40,
+            "{made} connections in 2 s of refused subscriptions"
+        );
+        holder.unlock().await.unwrap();
+        let got = waiting
+            .await
+            .unwrap()
+            .expect("the waiter polled and got the lock");
+        got.unlock().await.unwrap();
+    })
+    .await;
+}
+
 /// A plain mutex's waiter in a client that still listens to the name's channel (its
 /// subscription lingers after its last waiter) registers before its first attempt: that busy
 /// attempt (which marks the lock) is its only request until the release wakes it, and the

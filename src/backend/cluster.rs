@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use super::Request;
 use super::script::{By, Publish, Script};
 use super::slots::{Short, Slots};
-use super::subscription::{Listener, Requests};
+use super::subscription::{Listener, Requests, pause};
 use crate::error::Result;
 
 /// How often channels without waiters are looked for, to be unsubscribed.
@@ -275,11 +275,9 @@ async fn run(
             Ok(conn) => conn,
             Err(err) => {
                 tracing::debug!(error = %err, "cluster unavailable, waiters poll");
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    _ = tokio::time::sleep(retry) => {}
+                if !pause(&mut shutdown, &mut retry, Duration::from_secs(1)).await {
+                    return;
                 }
-                retry = (retry * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
@@ -295,11 +293,9 @@ async fn run(
             all = subscribed => all.into_iter().all(|r| r.is_ok()),
         };
         if !subscribed {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(retry) => {}
+            if !pause(&mut shutdown, &mut retry, Duration::from_secs(1)).await {
+                return;
             }
-            retry = (retry * 2).min(Duration::from_secs(1));
             continue;
         }
         retry = Duration::from_millis(10);

@@ -119,16 +119,22 @@ async fn run(
             Ok(conn) => conn,
             Err(err) => {
                 tracing::debug!(error = %err, "wake-up subscription unavailable, waiters poll");
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    _ = tokio::time::sleep(retry) => {}
+                if !pause(&mut shutdown, &mut retry, retry_max).await {
+                    return;
                 }
-                retry = (retry * 2).min(retry_max);
                 continue;
             }
         };
         let names = listener.channels();
-        if !names.is_empty() && conn.subscribe(&names).await.is_err() {
+        if !names.is_empty()
+            && let Err(err) = conn.subscribe(&names).await
+        {
+            // Refused (a user without the channels' rights, a busy script): as a failed
+            // connection, tried again after a pause, never at once.
+            tracing::debug!(error = %err, "wake-up subscription refused, waiters poll");
+            if !pause(&mut shutdown, &mut retry, retry_max).await {
+                return;
+            }
             continue;
         }
         retry = Duration::from_millis(10);
@@ -164,6 +170,21 @@ async fn run(
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         listener.disconnected();
     }
+}
+
+/// Waits `retry` before the next try, and doubles it up to `max`; false if the subscription
+/// is shut down meanwhile.
+pub(super) async fn pause(
+    shutdown: &mut watch::Receiver<()>,
+    retry: &mut Duration,
+    max: Duration,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.changed() => return false,
+        _ = tokio::time::sleep(*retry) => {}
+    }
+    *retry = (*retry * 2).min(max);
+    true
 }
 
 /// What the connection's reader does with what the server pushes: a message goes to the
