@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use redlatch_harness::proxy::Mode;
 use support::{TestRedis, until_within, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,6 +213,87 @@ async fn cancelled_one_round_trip_acquires_leave_nothing_held() {
             redis.leftovers().await.is_empty()
         });
         assert!(cleaned.await, "left behind: {:?}", redis.leftovers().await);
+    })
+    .await;
+}
+
+/// Whether some client listens to a wake-up channel of `name`.
+async fn listened(redis: &TestRedis, name: &str) -> bool {
+    let mut conn = redis.conn().await;
+    let active: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{}:wake*", redis.lock_key(name)))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    !active.is_empty()
+}
+
+/// An acquisition whose first attempt reached Redis but whose answer was lost (the server too
+/// slow to answer in time) waits on; dropped then, between attempts, it still gives back what
+/// that attempt got: the queue place it took in Redis (or the hold, on a free name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_after_a_lost_answer_gives_back_what_that_attempt_got() {
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let other = redis.client();
+        // The client's connections are made (its subscription too) before the replies stop.
+        let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
+        let fair = cut.fair_mutex("warm").unwrap();
+        let waiting = tokio::spawn(async move { fair.lock().await });
+        assert!(until_within(Duration::from_secs(10), || listened(&redis, "warm")).await);
+        warm.unlock().await.unwrap();
+        waiting.await.unwrap().unwrap().unlock().await.unwrap();
+        for (name, busy) in [("taken", true), ("free", false)] {
+            let holder = if busy {
+                Some(other.fair_mutex(name).unwrap().lock().await.unwrap())
+            } else {
+                None
+            };
+            proxy.set(Mode::HoldReplies);
+            let fair = cut.fair_mutex(name).unwrap();
+            let waiting = tokio::spawn(async move { fair.lock().await });
+            // Its first attempt reached Redis (queued, or granted) and its answer was lost
+            // (the connection's response timeout, 500 ms): it waits on, and asks to be told
+            // of the name. Its subscription's answer is held back too, so no attempt is in
+            // flight until that times out in turn: it is dropped in between.
+            assert!(until_within(Duration::from_secs(10), || listened(&redis, name)).await);
+            waiting.abort();
+            assert!(waiting.await.unwrap_err().is_cancelled());
+            proxy.set(Mode::Pass);
+            if busy {
+                assert!(
+                    until_within(Duration::from_secs(10), || async {
+                        redis.queued(&other, name).await == 0
+                    })
+                    .await,
+                    "the dropped wait's place is still queued"
+                );
+                drop(holder);
+            }
+            // Nobody holds or waits: the name is free for another client.
+            assert!(
+                until_within(Duration::from_secs(10), || async {
+                    other
+                        .fair_mutex(name)
+                        .unwrap()
+                        .try_lock()
+                        .await
+                        .unwrap()
+                        .is_some()
+                })
+                .await,
+                "{name}: still held 10 s after the wait was dropped"
+            );
+        }
+        assert!(
+            until_within(Duration::from_secs(10), || async {
+                redis.leftovers().await.is_empty()
+            })
+            .await
+        );
     })
     .await;
 }

@@ -61,12 +61,13 @@ pub(super) async fn acquire(
         }
         _ => None,
     };
-    let attempts = Attempts {
+    let mut attempts = Attempts {
         engine,
         ask,
         place: in_redis.then(Arc::default),
         unanswered: AtomicBool::new(false),
         waited,
+        acquired: false,
     };
     let deadline = timeout.map(|t| after(started, t));
     // The first attempt, when it is made before any registration (see `wait`), is made here:
@@ -74,8 +75,10 @@ pub(super) async fn acquire(
     // acquire's future stays small.
     let first = if tries_unregistered(engine, in_redis) {
         let sent = Instant::now();
-        match attempts.attempt().await {
+        let answer = attempts.attempt().await;
+        match answer {
             Ok(Attempt::Acquired(held)) => {
+                attempts.acquired = true;
                 crate::timeline::hop("acquired");
                 return Ok(held);
             }
@@ -87,17 +90,16 @@ pub(super) async fn acquire(
     let waited = timeout.unwrap_or_default();
     let result = Box::pin(wait(&attempts, deadline, waited, first)).await;
     if result.is_ok() {
+        attempts.acquired = true;
         crate::timeline::hop("acquired");
-    }
-    // Dropping the place leaves the queue, unless an attempt took the lock (which removed the
-    // place in Redis and disarmed its lease).
-    if result.is_err() && attempts.unanswered.load(Ordering::Relaxed) {
-        engine.abandon(ask, in_redis);
     }
     result
 }
 
-/// The attempts of one wait.
+/// The attempts of one wait. Dropped, its place leaves the queue, unless an attempt took the
+/// lock (which removed the place in Redis and disarmed its lease); and if an attempt went
+/// unanswered, whatever it may have got is given back, whether the wait ended in an error or
+/// was dropped between attempts.
 struct Attempts<'a> {
     engine: &'a Engine,
     ask: Ask,
@@ -107,6 +109,16 @@ struct Attempts<'a> {
     unanswered: AtomicBool,
     /// The caller waited for its turn in this client before its first attempt.
     waited: bool,
+    /// The wait ended with the hold.
+    acquired: bool,
+}
+
+impl Drop for Attempts<'_> {
+    fn drop(&mut self) {
+        if !self.acquired && self.unanswered.load(Ordering::Relaxed) {
+            self.engine.abandon(self.ask, self.place.is_some());
+        }
+    }
 }
 
 impl Attempts<'_> {
