@@ -700,6 +700,50 @@ async fn the_watchdog_keeps_a_hold_a_majority_renews_and_loses_one_it_cannot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_no_majority_decides_does_not_take_down_the_holds_renewed_beside_it() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let lease = Duration::from_millis(2_000);
+        let client = nodes
+            .builder()
+            .default_lease(lease)
+            .build()
+            .expect("client");
+        // Taken back to back, renewed together.
+        let a = client
+            .mutex("a")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        let b = client
+            .mutex("b")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        // Node 1 has lost `b` (as a node that restarted empty would), and node 2 stops
+        // answering: a majority renews `a`, while for `b` one node renews, one says gone and
+        // one is silent, which decides nothing.
+        let mut conn = nodes.conn(1).await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{}:{{b}}", nodes.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        nodes.proxies[2].set(Mode::Blackhole);
+        let since = Instant::now();
+        until(|| async { since.elapsed() >= lease * 3 }).await;
+        assert!(a.is_held(), "a majority renewed `a` all along");
+        assert!(!b.is_held(), "no majority renewed `b`");
+        nodes.proxies[2].set(Mode::Pass);
+        a.unlock().await.expect("unlock");
+        drop(b);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_as_joins_the_owners_hold_and_inspect_and_force_unlock_see_every_node() {
     within(Duration::from_secs(60), async {
         let nodes = Nodes::start(3).await;

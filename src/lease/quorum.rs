@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Hold;
+use super::release::UNDECIDED;
 use crate::backend::Quorum;
 use crate::error::{Error, Result};
 use crate::protocol::mutex;
@@ -64,8 +65,9 @@ pub(super) async fn release(quorum: &Quorum, hold: &Hold) -> Result<()> {
 
 /// Renews holds on every node, each to at least its lease in ms: one status per item, `1`
 /// when a majority renewed it, `0` when a majority no longer can, a negative status when a
-/// majority found foreign data. An error when some hold is neither (nodes did not answer in
-/// time): nothing is known about those, and the caller tries again.
+/// majority found foreign data, [`UNDECIDED`] when none of these (nodes did not answer in
+/// time): nothing is known about that hold, and the caller tries it again. An error when no
+/// hold was decided.
 pub(super) async fn extend(quorum: &Quorum, items: &[(&Hold, u64)]) -> Result<Vec<i64>> {
     let renewals: Vec<mutex::Renewal<'_>> = items
         .iter()
@@ -111,24 +113,26 @@ pub(super) async fn extend(quorum: &Quorum, items: &[(&Hold, u64)]) -> Result<Ve
             break;
         }
     }
-    votes
+    let statuses: Vec<i64> = votes
         .iter()
         .map(|v| {
             if v[0] >= majority {
-                Ok(1)
+                1
             } else if v[2] >= majority {
-                Ok(-1)
+                -1
             } else if v[1] + v[2] > nodes - majority {
-                Ok(0)
+                0
             } else {
-                Err(())
+                UNDECIDED
             }
         })
-        .collect::<std::result::Result<Vec<i64>, ()>>()
-        .map_err(|()| {
-            failure.unwrap_or_else(|| Error::Protocol {
-                script: "mutex_extend",
-                detail: "no majority answered".into(),
-            })
-        })
+        .collect();
+    // One undecided hold says nothing of the others renewed in the same call.
+    if statuses.iter().all(|s| *s == UNDECIDED) {
+        return Err(failure.unwrap_or_else(|| Error::Protocol {
+            script: "mutex_extend",
+            detail: "no majority answered".into(),
+        }));
+    }
+    Ok(statuses)
 }

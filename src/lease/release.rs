@@ -103,6 +103,10 @@ async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
 /// hold's durability wants: it does not count, and the hold keeps its old deadline.
 pub(crate) const UNREPLICATED: i64 = 2;
 
+/// The status of a Redlock renewal that no majority decided either way (nodes did not answer
+/// in time): nothing is known of that hold, and it is tried again soon.
+pub(crate) const UNDECIDED: i64 = 3;
+
 /// What a renewal of several holds came to: one status per hold, and the largest shortfall of
 /// replica acknowledgements among them (acknowledged, wanted), if any.
 #[derive(Debug)]
@@ -115,7 +119,7 @@ pub(crate) struct Renewed {
 /// per group of keys the backend takes in one call (on a cluster, a hash slot) and per
 /// durability, the calls in flight together. One status per item, in order: `1` renewed, `0`
 /// not held any more, [`UNREPLICATED`], negative for foreign data. A Redlock client asks every
-/// node and counts (see [`super::quorum`]).
+/// node and counts (see [`super::quorum`]); a hold no majority decided is [`UNDECIDED`].
 pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<Renewed> {
     if let Some(quorum) = backend.as_quorum() {
         return Ok(Renewed {

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Hold;
-use super::release::{UNREPLICATED, extend};
+use super::release::{UNDECIDED, UNREPLICATED, extend};
 use crate::backend::Backend;
 use crate::config::millis;
 use crate::protocol::foreign;
@@ -314,10 +314,14 @@ async fn renew<'a>(
 fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome: Outcome) {
     let why = match outcome {
         Ok(results) => {
-            let mut unreplicated = Vec::new();
+            let (mut unreplicated, mut undecided) = (Vec::new(), Vec::new());
             for (hold, status) in chunk.iter().zip(results) {
                 if status == UNREPLICATED {
                     unreplicated.push(Arc::clone(hold));
+                    continue;
+                }
+                if status == UNDECIDED {
+                    undecided.push(Arc::clone(hold));
                     continue;
                 }
                 if status < 0 {
@@ -345,6 +349,13 @@ fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome
                      lost at its deadline unless a later renewal is acknowledged"
                 );
                 retry_soon(schedule, &unreplicated);
+            }
+            if !undecided.is_empty() {
+                tracing::debug!(
+                    holds = undecided.len(),
+                    "lease renewal decided by no majority of nodes, retrying"
+                );
+                retry_soon(schedule, &undecided);
             }
             return;
         }
