@@ -725,6 +725,8 @@ async fn a_hold_no_majority_decides_does_not_take_down_the_holds_renewed_beside_
         // Node 1 has lost `b` (as a node that restarted empty would), and node 2 stops
         // answering: a majority renews `a`, while for `b` one node renews, one says gone and
         // one is silent, which decides nothing.
+        // (The acquisition returned on a majority: node 1's grant may still be on its way.)
+        until(|| async { nodes.holds(1, "b").await }).await;
         let mut conn = nodes.conn(1).await;
         let _: () = redis::cmd("DEL")
             .arg(format!("{}:{{b}}", nodes.prefix))
