@@ -746,6 +746,43 @@ async fn a_hold_no_majority_decides_does_not_take_down_the_holds_renewed_beside_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_no_majority_answers_is_an_error_and_keeps_the_hold() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let client = nodes
+            .builder()
+            .node_timeout(Duration::from_millis(100))
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .expect("client");
+        let guard = client
+            .mutex("re")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        // Only node 0 answers: the re-entry is granted there, and nothing is known elsewhere.
+        nodes.reach(&[0]);
+        let again = guard.reenter().await;
+        assert!(
+            matches!(&again, Err(err) if err.is_connection()),
+            "{again:?}"
+        );
+        assert!(
+            guard.is_held(),
+            "an undecided re-entry says nothing against the hold"
+        );
+        nodes.reach(&[0, 1, 2]);
+        guard.unlock().await.expect("unlock");
+        // The re-entries the silent nodes ran late stay until the lease runs out there.
+        for i in 0..3 {
+            until(|| async { !nodes.holds(i, "re").await }).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_as_joins_the_owners_hold_and_inspect_and_force_unlock_see_every_node() {
     within(Duration::from_secs(60), async {
         let nodes = Nodes::start(3).await;

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::engine::OnCancel;
+use super::engine::{OnCancel, late_answer};
 use super::{Ask, Attempt, Engine};
 use crate::backend::Quorum;
 use crate::config::{Durability, FENCE_TTL, Fencing, lease_ms, millis};
@@ -146,6 +146,12 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     let all_refused = granted.is_empty() && waits.len() == quorum.len();
     if !all_refused && (fresh || !granted.is_empty()) {
         give_back(engine, ask, &owner, &granted);
+    }
+    if ask.claim == Claim::Again && waits.len() < majority {
+        // A re-entry that no majority refused says nothing against the hold it re-enters (a
+        // busy answer would mark it lost): the nodes that failed or answered late are the
+        // error.
+        return Err(failure.unwrap_or_else(late_answer));
     }
     let config = &engine.core.config;
     if !granted.is_empty() {
