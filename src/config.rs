@@ -22,8 +22,10 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// assert!(redlatch::MAX_LEASE >= std::time::Duration::from_secs(365 * 24 * 3600));
 /// ```
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-/// How long the fencing counter of a name lives after it was made: 7 days (acquisitions raise
-/// it and keep its TTL). A counter made again after it expired starts a second ahead of the
+/// How long the fencing counter of a name lives: 7 days after it was made, or after the last
+/// token an acquisition script issued or confirmed from it (a Redlock client's acquisitions
+/// always run the script; on one server, the one-round-trip acquire of a name seen free raises
+/// it and keeps its TTL). A counter made again after it expired starts a second ahead of the
 /// server's clock, above the tokens issued from the one before while that clock does not go
 /// back.
 ///

@@ -782,6 +782,62 @@ async fn a_reentry_no_majority_answers_is_an_error_and_keeps_the_hold() {
     .await;
 }
 
+/// Each node's fencing counter lives `FENCE_TTL` from the last token it issued, so a name in
+/// use never loses its counters together (a new counter starts from its own server's clock,
+/// which may be behind another server's by more than its head start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_in_use_keeps_its_lifetime_on_every_node() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let client = nodes.client();
+        let mutex = client.mutex("kept").expect("mutex");
+        mutex
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        let fence = format!("{}:{{kept}}:fence", nodes.prefix);
+        let pttl = |i: usize| {
+            let fence = fence.clone();
+            let nodes = &nodes;
+            async move {
+                let mut conn = nodes.conn(i).await;
+                redis::cmd("PTTL")
+                    .arg(&fence)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .expect("PTTL")
+            }
+        };
+        // Six days and a half after the counters were made: half a day left on each.
+        for i in 0..3 {
+            let mut conn = nodes.conn(i).await;
+            let _: () = redis::cmd("PEXPIRE")
+                .arg(&fence)
+                .arg(12 * 3600 * 1000)
+                .query_async(&mut conn)
+                .await
+                .expect("PEXPIRE");
+        }
+        let guard = mutex.lock().await.expect("lock");
+        for i in 0..3 {
+            until(|| async { nodes.holds(i, "kept").await }).await;
+        }
+        let week = i64::try_from(redlatch::FENCE_TTL.as_millis()).expect("ms");
+        for i in 0..3 {
+            let left = pttl(i).await;
+            assert!(
+                left > week - 60_000,
+                "node {i}: the counter has {left} ms left after issuing a token"
+            );
+        }
+        guard.unlock().await.expect("unlock");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_as_joins_the_owners_hold_and_inspect_and_force_unlock_see_every_node() {
     within(Duration::from_secs(60), async {

@@ -503,7 +503,8 @@ async fn keys_made_again_while_a_name_is_in_use_get_an_expiry() {
 
 /// The fence key of the layout before (a string holding the last token) is carried over to
 /// the sorted set by the first acquisition that issues a token, for every primitive: the
-/// token rises above it, and the key keeps its expiry.
+/// token rises above it, and the key keeps its expiry (the plain mutex's script then sets it
+/// to `FENCE_TTL` again, as for every token it issues).
 #[tokio::test]
 async fn a_fence_counter_of_the_layout_before_is_carried_over() {
     let redis = TestRedis::new();
@@ -567,7 +568,14 @@ async fn a_fence_counter_of_the_layout_before_is_carried_over() {
                 last >= token && last <= token + 64,
                 "{name}: {token}, key at {last}"
             );
-            assert!(ttl > 0 && ttl <= 600_000, "{name}: {ttl}");
+            // It keeps its expiry, but `mutex_acquire` sets a week again on every token it
+            // issues from a key that was there.
+            if name == "old-mutex" {
+                let week = i64::try_from(redlatch::FENCE_TTL.as_millis()).unwrap();
+                assert!(ttl > week - 60_000, "{name}: {ttl}");
+            } else {
+                assert!(ttl > 0 && ttl <= 600_000, "{name}: {ttl}");
+            }
         }
         assert_eq!(redis.leftovers().await, Vec::<String>::new());
     })

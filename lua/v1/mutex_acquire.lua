@@ -5,7 +5,8 @@
 -- KEYS[2]: fence key   <prefix>:{<name>}:fence  last fencing token issued for this name (keys_lib)
 -- ARGV[1]: owner token
 -- ARGV[2]: lease in milliseconds
--- ARGV[3]: lifetime of the fence key in milliseconds (set when the counter starts afresh)
+-- ARGV[3]: lifetime of the fence key in milliseconds, from the last token this script issued
+--          (the one-round-trip acquire below keeps the key's TTL)
 -- ARGV[4]: claim: new (a token made for this call: if it already holds, an earlier attempt's
 --          answer was lost, and that hold is returned with a new token, its lease made at
 --          least ARGV[2] again),
@@ -16,7 +17,8 @@
 -- ARGV[6]: the least token to issue: the client's estimate of the server clock in µs (a
 --          Redlock client's proposal, the same to every node), or 0 for the server clock
 --          (TIME), when the client has no estimate. The token is max(last + 1, ARGV[6]); a new
---          counter (first use, expired 7 days after it was made, or lost in a failover) starts
+--          counter (first use, expired 7 days after the last token this script issued, or
+--          lost in a failover) starts
 --          at the server clock plus one second, so tokens keep rising across it.
 -- ARGV[7]: optional, how many tokens a fresh acquisition takes at most (default 1): the
 --          grant's token and up to ARGV[7] - 1 after it, which the client hands to the local
@@ -78,6 +80,7 @@ local function issue(token)
     if n > 0 then
       redis.call('ZADD', fence, 'XX', 'GT', string.format('%.0f', first + n), '~')
     end
+    redis.call('PEXPIRE', fence, ARGV[3])
     return token, first + n
   end
   local bad, last = fence_last(fence, 2, true)
@@ -92,6 +95,7 @@ local function issue(token)
   end
   local n = more(first)
   fence_raise(fence, string.format('%.0f', first + n), ARGV[3])
+  if last then redis.call('PEXPIRE', fence, ARGV[3]) end
   return string.format('%.0f', first), first + n
 end
 

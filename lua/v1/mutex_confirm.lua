@@ -10,7 +10,7 @@
 -- KEYS[2]: fence key   <prefix>:{<name>}:fence
 -- ARGV[1]: owner token
 -- ARGV[2]: the token (a decimal number)
--- ARGV[3]: lifetime of the fence key in milliseconds
+-- ARGV[3]: lifetime of the fence key in milliseconds, from now
 -- returns: 1             confirmed: the counter and the hold's token are at least the token
 --          0             this owner does not hold the lock here: nothing changed
 --          {-1, type, i} KEYS[i] holds foreign data of that Redis type
@@ -24,6 +24,7 @@ if not held or held.owner ~= owner then return 0 end
 local bad = fence_last(fence, 2, true)
 if bad then return bad end
 fence_raise(fence, ARGV[2], ARGV[3])
+redis.call('PEXPIRE', fence, ARGV[3])
 if tonumber(held.token) < token then
   redis.call('SET', lock, mutex_value(ARGV[2], held.holds, held.wait, owner), 'KEEPTTL')
 end

@@ -137,8 +137,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "4ed17e9576a66cf561f01127139448601f804b1b",
-                "cc22ac258f266020792cd1bdb95c9d533d8b110d",
+                "a1df86c6d5f513488b578c38bec335ecc913ecb5",
+                "0c337476b7803824f086748798c46753dd952d72",
             ),
             (
                 &*MUTEX_RELEASE,
@@ -152,8 +152,8 @@ mod tests {
             ),
             (
                 &*MUTEX_CONFIRM,
-                "9aa090198f0180595b7201083ccb5099e1d58be2",
-                "7018e5980210bc6fba2c838dcf58ee3a6b1b089a",
+                "c18a08acfa0b9058934bebe46dc1cd14e129a7bd",
+                "67a8cb58effe732be4794c738d99ed8a32c7ff0e",
             ),
             (
                 &*QUEUE_ACQUIRE,
