@@ -654,3 +654,43 @@ async fn a_request_that_runs_twice_changes_the_hold_count_once() {
     })
     .await;
 }
+
+/// A master that hangs (its connections stay open and silent, as on a host that froze) is
+/// failed over to its replica. A client that listened to the cluster before still serves a new
+/// waiter there: the subscription the hung node cannot confirm leaves the waiter polling, not
+/// waiting for a message that cannot come, and it gets the lock once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_waiter_on_a_hung_masters_slots_gets_the_lock_after_the_failover() {
+    let mut t = TestCluster::start(1);
+    let waiting = t.client();
+    let names = t.names_on_every_master("hung");
+    let master = t.cluster.owner(slot(&t.lock_key(&names[0]))).unwrap();
+    within(LIMIT, async {
+        // The waiting client's subscription is made, by a wait on another master.
+        let other = t.client();
+        let warm = other.fair_mutex(&names[1]).unwrap().lock().await.unwrap();
+        let fair = waiting.fair_mutex(&names[1]).unwrap();
+        let warmed = tokio::spawn(async move { fair.lock().await });
+        until(|| async { other.inspect(&names[1]).await.unwrap().waiters.len() == 1 }).await;
+        warm.unlock().await.unwrap();
+        warmed.await.unwrap().unwrap().unlock().await.unwrap();
+    })
+    .await;
+    let promoted = tokio::task::block_in_place(|| t.cluster.fail_over_frozen(master)).unwrap();
+    assert_ne!(promoted, master);
+    within(LIMIT, async {
+        let fresh = t.client();
+        let holder = fresh.fair_mutex(&names[0]).unwrap().lock().await.unwrap();
+        let fair = waiting.fair_mutex(&names[0]).unwrap();
+        let waiter = tokio::spawn(async move { fair.lock_timeout(Duration::from_secs(20)).await });
+        until(|| async { fresh.inspect(&names[0]).await.unwrap().waiters.len() == 1 }).await;
+        holder.unlock().await.unwrap();
+        let got = waiter
+            .await
+            .unwrap()
+            .expect("the waiter gets the lock after its release");
+        got.unlock().await.unwrap();
+    })
+    .await;
+    t.cluster.thaw(master);
+}

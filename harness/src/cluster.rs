@@ -209,6 +209,11 @@ impl RedisCluster {
             .iter()
             .find(|n| n.server.is_running())
             .ok_or("no live node")?;
+        self.owner_seen_by(node, slot)
+    }
+
+    /// The index of the node serving `slot`, as `node` sees it.
+    fn owner_seen_by(&self, node: &Node, slot: u16) -> Result<usize, String> {
         let mut conn = node.conn()?;
         let nodes: String = redis::cmd("CLUSTER")
             .arg("NODES")
@@ -322,6 +327,34 @@ impl RedisCluster {
             Ok(c.owner(slot).is_ok_and(|o| o != master) && c.settled()?)
         })?;
         Ok((self.owner(slot)?, started.elapsed()))
+    }
+
+    /// Freezes master `master` (SIGSTOP: its connections stay open and say nothing, as a host
+    /// that hangs) and waits until one of its replicas has taken over its slots, as the other
+    /// nodes see it; returns the new master's index. [`thaw`](Self::thaw) resumes it (it then
+    /// learns it was failed over and becomes a replica).
+    pub fn fail_over_frozen(&mut self, master: usize) -> Result<usize, String> {
+        let slot = self
+            .owners_seen_by(&self.nodes[master])?
+            .into_iter()
+            .find(|(_, port)| *port == i64::from(self.nodes[master].server.port()))
+            .map(|(first, _)| first)
+            .ok_or("the master serves no slot")?;
+        let slot = u16::try_from(slot).map_err(|e| e.to_string())?;
+        self.nodes[master].server.pause();
+        let witness = (0..self.nodes.len())
+            .find(|i| *i != master)
+            .ok_or("no other node")?;
+        self.wait(Duration::from_secs(30), |c| {
+            Ok(c.owner_seen_by(&c.nodes[witness], slot)
+                .is_ok_and(|o| o != master))
+        })?;
+        self.owner_seen_by(&self.nodes[witness], slot)
+    }
+
+    /// Resumes a node frozen by [`fail_over_frozen`](Self::fail_over_frozen).
+    pub fn thaw(&self, node: usize) {
+        self.nodes[node].server.resume();
     }
 
     /// Every key matching the glob `pattern` on every live master (`KEYS`: our own small test

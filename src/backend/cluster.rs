@@ -249,6 +249,9 @@ fn subscribe(
             Ok(()) => listener.subscribed(&channel),
             Err(err) => {
                 tracing::debug!(%channel, error = %err, "sharded subscription failed, retrying");
+                // Its waiters poll until it is made (a node that does not answer may never
+                // confirm it, and a waiter must not wait for a message it cannot get).
+                listener.unheard(&channel);
                 tokio::time::sleep(RESUBSCRIBE_AFTER).await;
                 let _ = again.send(channel);
             }
