@@ -12,7 +12,7 @@ use redlatch::{Durability, Error};
 use redlatch_harness::proxy::Mode;
 use redlatch_harness::resource::Resource;
 use support::replicated::Replicated;
-use support::{RedisServer, until, within};
+use support::{RedisServer, until, until_within, within};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,6 +515,54 @@ async fn a_readonly_reply_drops_the_connection_it_came_on() {
             }
         })
         .await;
+    })
+    .await;
+}
+
+/// A durable acquisition waits in the durable connection's queue behind a round that waits for
+/// replicas; dropped there, what it gives back must reach Redis after it ran, not before (it
+/// would find nothing, and the acquisition would then take a permit nobody has).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_acquisition_dropped_in_the_queue_gives_back_what_it_took() {
+    let redis = support::TestRedis::own();
+    within(Duration::from_secs(60), async {
+        // No replica: every durable round waits its whole timeout.
+        let client = redis
+            .builder()
+            .durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_secs(2),
+            })
+            .build()
+            .expect("client");
+        let plain = redis.client();
+        let first = client.semaphore("first", 1).expect("semaphore");
+        let waiting = tokio::spawn(async move { first.acquire().await.map(drop) });
+        // Its script ran: its round now waits for the replica that is not there.
+        until(|| async { !redis.leftovers().await.is_empty() }).await;
+        let second = client.semaphore("second", 1).expect("semaphore");
+        let dropped = tokio::time::timeout(Duration::from_millis(300), second.acquire()).await;
+        assert!(dropped.is_err(), "queued behind a 2 s round: {dropped:?}");
+        assert!(matches!(
+            waiting.await.expect("task"),
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ));
+        // The second acquisition's script ran in the next round; what it took is given back.
+        let free = until_within(Duration::from_secs(10), || async {
+            plain
+                .semaphore("second", 1)
+                .expect("semaphore")
+                .try_acquire()
+                .await
+                .expect("try")
+                .is_some()
+        })
+        .await;
+        assert!(free, "the dropped acquisition's permit is still taken");
+        until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

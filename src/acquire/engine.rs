@@ -79,8 +79,8 @@ impl fmt::Debug for Engine {
 /// Runs `cleanup` when dropped before [`disarm`](Self::disarm): what an attempt of a new owner
 /// leaves behind when its caller gives up while the request may be on its way to Redis. The
 /// cleanup goes through the client's background queue, on the same connection and so after the
-/// request, and gives back whatever the request may have got (what it did not get is refused
-/// harmlessly).
+/// request (a durable request's, once the durable connection's calls queued before it ran), and
+/// gives back whatever the request may have got (what it did not get is refused harmlessly).
 pub(super) struct OnCancel<F: FnOnce()>(Option<F>);
 
 impl<F: FnOnce()> OnCancel<F> {
@@ -336,6 +336,25 @@ impl Engine {
     /// it); what does not exist is refused harmlessly. A carried owner's other holds are not
     /// touched.
     pub(super) fn abandon(&self, ask: Ask, queued: bool) {
+        // A durable attempt goes on the durable connection, where it may wait behind calls
+        // that wait for replicas: what gives it back goes on the shared connection, so only
+        // once it has run (else it would find nothing, and the attempt then take what nobody
+        // has).
+        if Want::of(self.durability).is_some()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let this = self.clone();
+            runtime.spawn(async move {
+                this.core.backend.after_durable().await;
+                this.give_back(ask, queued);
+            });
+            return;
+        }
+        self.give_back(ask, queued);
+    }
+
+    /// What [`abandon`](Self::abandon) sends, at once.
+    fn give_back(&self, ask: Ask, queued: bool) {
         let fresh = ask.claim.is_fresh();
         if fresh {
             let hold = self.hold(ask.op, ask.owner.as_field(), self.lease, Instant::now());

@@ -102,6 +102,26 @@ impl Durable {
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
+
+    /// Completes once every call queued before it has run: a request sent on another
+    /// connection afterwards reaches the server after them. (A `PING` in the queue, which
+    /// waits for no replica.)
+    pub(crate) async fn barrier(&self) {
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            cmd: redis::cmd("PING"),
+            source: "",
+            want: Want {
+                replicas: Some(0),
+                timeout: Duration::from_millis(1),
+                aof: None,
+            },
+            reply,
+        };
+        if self.jobs.send(job).is_ok() {
+            let _ = rx.await;
+        }
+    }
 }
 
 fn gone() -> Error {

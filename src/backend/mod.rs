@@ -330,6 +330,14 @@ impl Backend {
         }
     }
 
+    /// Completes once every durable call made before it has run: what is sent after it on
+    /// the shared connection reaches the server after them.
+    pub(crate) async fn after_durable(&self) {
+        if let Servers::Single(node) = &self.servers {
+            node.durable_barrier().await;
+        }
+    }
+
     /// Which batch an item keyed by `key` may share one script call with: items of one group
     /// may go together. One server takes any keys in one call (one group); a cluster takes the
     /// keys of one hash slot only.

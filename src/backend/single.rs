@@ -159,6 +159,14 @@ impl Node {
         }
     }
 
+    /// Completes once every call queued on the durable connection before it has run (at once
+    /// if none was ever made).
+    pub(crate) async fn durable_barrier(&self) {
+        if let Some(durable) = self.durable.get() {
+            durable.barrier().await;
+        }
+    }
+
     /// Runs `request` over the durable connection (started on first use), then waits for
     /// `want` replicas to acknowledge it: its raw reply and the acknowledgements.
     pub(crate) async fn send_durable<R: Request>(&self, request: &R, want: Want) -> Result<Acked> {
