@@ -172,3 +172,92 @@ async fn force_unlock_leaves_data_it_does_not_own_alone() {
     })
     .await;
 }
+
+/// A string of the thin form's shape under another layout (a newer version's hold, or another
+/// program's data) is refused and left as it was.
+#[tokio::test]
+async fn force_unlock_leaves_a_thin_string_of_an_unknown_layout_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mut conn = redis.conn().await;
+        let key = redis.lock_key("next");
+        let value = "fair:2 x 1 0 1795804146565348 ownerZ";
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let refused = client.force_unlock("next").await;
+        assert!(matches!(refused, Err(Error::Layout { .. })), "{refused:?}");
+        let kept: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kept.as_deref(), Some(value));
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+/// A writer that also holds the lock for reading is one owner: one holder removed.
+#[tokio::test]
+async fn force_unlock_counts_each_owner_once() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let rw = client.rwlock("both").unwrap();
+        let write = rw.write().await.unwrap();
+        let read = rw.read_as(write.owner()).await.unwrap();
+        let removed = client.force_unlock("both").await.unwrap();
+        assert_eq!(removed.kind, Some(LockKind::RwLock));
+        assert_eq!((removed.holders, removed.waiters), (1, 0));
+        drop((read, write));
+        support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+/// An election's observers are told when `force_unlock` deposes its leader, at once, not when
+/// the leader's lease would have run out.
+#[tokio::test]
+async fn force_unlock_tells_an_elections_observers() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        use futures_util::StreamExt;
+        let leader_client = redis.client();
+        let watcher = redis.client();
+        let mut changes = watcher.election("led").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        // The default lease, 30 s: an observer not told would show the leader that long.
+        let leadership = leader_client
+            .election("led")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        let shown = changes.next().await.unwrap().unwrap().unwrap();
+        assert_eq!(shown.value, "here");
+        // The observer reads the election once, 5 ms after a new leader's record, to learn its
+        // lease: that read (made while the stream is polled) must be behind us, or it would see
+        // the name freed on its own. Time is the point here.
+        let quiet = tokio::time::timeout(Duration::from_millis(500), changes.next()).await;
+        assert!(quiet.is_err(), "nothing changed: {quiet:?}");
+        let removed = watcher.force_unlock("led").await.unwrap();
+        assert_eq!(removed.kind, Some(LockKind::Election));
+        let told = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("the observer still shows the deposed leader 10 s later");
+        assert_eq!(told.unwrap().unwrap(), None);
+        drop(leadership);
+    })
+    .await;
+}

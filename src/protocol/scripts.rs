@@ -177,8 +177,8 @@ mod tests {
             ),
             (
                 &*FORCE_UNLOCK,
-                "02024418714b2e47a9e3bd717b1ce52f9c094ed2",
-                "3bbb36226a784ef4c38bb07f28b69edcc0de95a3",
+                "af524993655d850ba207e89d77e3f905614f7e41",
+                "0110bd7bf9881b5fc8375afe9ddd97e5d4f211ec",
             ),
             (
                 &*ELECT_PROCLAIM,
