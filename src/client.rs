@@ -869,7 +869,8 @@ impl LockClientBuilder {
     /// [`Error::InvalidArgument`] for a bad setting (empty prefix, lease outside
     /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), the same for the
     /// waiter timeout, a zero backoff minimum, a backoff minimum above its maximum or a maximum
-    /// above `MAX_LEASE`) or outside a tokio runtime; [`Error::Redis`] for a bad server address.
+    /// above `MAX_LEASE`, a durability timeout under 1 ms or above `MAX_LEASE`) or outside a
+    /// tokio runtime; [`Error::Redis`] for a bad server address.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {

@@ -166,10 +166,13 @@ impl Durability {
 
     pub(crate) fn validate(self) -> Result<()> {
         match self.timeout() {
-            Some(timeout) if timeout.is_zero() || timeout > MAX_LEASE => Err(Error::invalid(
-                "durability",
-                format!("need 0 < timeout <= {MAX_LEASE:?}, got {timeout:?}"),
-            )),
+            // `WAIT` and `WAITAOF` count whole milliseconds, and a timeout of 0 waits for ever.
+            Some(timeout) if timeout < Duration::from_millis(1) || timeout > MAX_LEASE => {
+                Err(Error::invalid(
+                    "durability",
+                    format!("need 1 ms <= timeout <= {MAX_LEASE:?}, got {timeout:?}"),
+                ))
+            }
             _ => Ok(()),
         }
     }

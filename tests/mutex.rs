@@ -340,6 +340,49 @@ async fn a_lease_the_drift_allowance_leaves_nothing_of_is_refused() {
 }
 
 #[tokio::test]
+async fn a_durability_timeout_under_a_millisecond_is_refused() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // `WAIT` counts in whole milliseconds, and `WAIT n 0` waits for ever.
+        let short = redlatch::Durability::Replicas {
+            count: 1,
+            timeout: Duration::from_micros(500),
+        };
+        assert!(matches!(
+            redis.builder().durability(short).build(),
+            Err(Error::InvalidArgument {
+                what: "durability",
+                ..
+            })
+        ));
+        let client = redis.client();
+        assert!(matches!(
+            client.mutex("m").unwrap().with_durability(short),
+            Err(Error::InvalidArgument {
+                what: "durability",
+                ..
+            })
+        ));
+        let all = redlatch::Durability::AllReplicas {
+            timeout: Duration::from_micros(999),
+        };
+        assert!(matches!(
+            client.fair_mutex("f").unwrap().with_durability(all),
+            Err(Error::InvalidArgument {
+                what: "durability",
+                ..
+            })
+        ));
+        let one_ms = redlatch::Durability::Replicas {
+            count: 1,
+            timeout: Duration::from_millis(1),
+        };
+        assert!(client.mutex("m").unwrap().with_durability(one_ms).is_ok());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn bad_input_is_a_typed_error() {
     let redis = TestRedis::new();
     within(LIMIT, async {

@@ -106,8 +106,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero timeout or one
-    /// above [`MAX_LEASE`](crate::MAX_LEASE).
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a timeout under 1 ms
+    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
