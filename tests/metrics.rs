@@ -211,6 +211,42 @@ async fn a_known_workload_is_counted_per_kind() {
                 );
             }
         }
+
+        // A durable acquisition that no replica acknowledged (this server has none): an error,
+        // and no hold, so no hold time.
+        let durable = redis
+            .builder()
+            .durability(redlatch::Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(50),
+            })
+            .build()
+            .unwrap();
+        let refused = durable.mutex("d").unwrap().lock().await;
+        assert!(
+            matches!(refused, Err(Error::NotReplicated { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            seen.lock().unwrap().counter(
+                "redlatch_errors_total",
+                &[("kind", "mutex"), ("error", "not_replicated")]
+            ),
+            1
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .counter("redlatch_acquisitions_total", &mutex),
+            4
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .samples("redlatch_hold_seconds", &mutex),
+            4,
+            "a hold no guard had was counted in the hold time"
+        );
     })
     .await;
 }

@@ -184,6 +184,9 @@ impl Engine {
     pub(super) fn replicated(held: Held, acks: Option<(u32, u32)>) -> Result<Held> {
         match acks {
             Some((acked, wanted)) if acked < wanted => {
+                // Given back unused: no guard had it, so no hold time is counted.
+                let mut held = held;
+                held.since = None;
                 drop(held);
                 Err(Error::NotReplicated { acked, wanted })
             }
