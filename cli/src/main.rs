@@ -150,6 +150,14 @@ async fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match run(cli, url_from_env).await {
         Ok(code) => code,
+        // The reader of the output went away (`| head`): nothing more to say, as for any tool.
+        Err(err)
+            if err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("redlatch: {err}");
             let mut source = err.source();
@@ -315,15 +323,14 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
         } => {
             let client = client(&cli)?;
             if !watch {
-                print!("{}", client.inspect(&name).await?);
+                say(format_args!("{}", client.inspect(&name).await?))?;
                 return Ok(ExitCode::SUCCESS);
             }
             let period = std::time::Duration::from_millis(interval_ms);
             loop {
                 let at = tokio::time::Instant::now();
                 let snapshot = client.inspect(&name).await?;
-                print!("{CLEAR}{snapshot}");
-                std::io::stdout().flush()?;
+                say(format_args!("{CLEAR}{snapshot}"))?;
                 tokio::time::sleep_until(at + period).await;
             }
         }
@@ -351,13 +358,16 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 let view = top::view(&mut conn, &client, &cli.prefix, limit).await?;
                 if once {
                     if json {
-                        println!("{}", serde_json::to_string_pretty(&top::json(&view))?);
+                        say(format_args!(
+                            "{}\n",
+                            serde_json::to_string_pretty(&top::json(&view))?
+                        ))?;
                     } else {
-                        print!("{}", top::table(&view));
+                        say(format_args!("{}", top::table(&view)))?;
                     }
                     return Ok(ExitCode::SUCCESS);
                 }
-                print!(
+                say(format_args!(
                     "{CLEAR}redlatch top: {} held or queued under {}:*, {} commands for this view \
                      ({:.0}/s), every {} ms; Ctrl-C to quit\n\n{}",
                     view.rows.len() + view.left_out,
@@ -366,8 +376,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                     view.commands as f64 / period.as_secs_f64(),
                     interval_ms,
                     top::table(&view)
-                );
-                std::io::stdout().flush()?;
+                ))?;
                 tokio::time::sleep_until(at + period).await;
             }
         }
@@ -375,29 +384,36 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             let client = client(&cli)?;
             let snapshot = client.inspect(&name).await?;
             if snapshot.kind.is_none() {
-                println!("{name}: nothing stored, nothing to unlock");
+                say(format_args!("{name}: nothing stored, nothing to unlock\n"))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            print!("{snapshot}");
+            say(format_args!("{snapshot}"))?;
             if !yes && !confirm(&format!("end every hold and queue place of `{name}`?"))? {
-                println!("left as it is");
+                say(format_args!("left as it is\n"))?;
                 return Ok(ExitCode::FAILURE);
             }
             let removed = client.force_unlock(&name).await?;
-            println!(
-                "{name}: removed {} and {}; holders see their guards lost at their next renewal",
+            say(format_args!(
+                "{name}: removed {} and {}; holders see their guards lost at their next renewal\n",
                 count(removed.holders.into(), "holder"),
                 count(removed.waiters.into(), "waiter")
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
+/// Writes `text` to stdout, at once: an error (a reader that went away) is returned, never a
+/// panic as `print!`'s.
+fn say(text: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text)?;
+    out.flush()
+}
+
 /// Asks on the terminal; only `y` or `yes` confirms.
 fn confirm(question: &str) -> AnyResult<bool> {
-    print!("{question} [y/N] ");
-    std::io::stdout().flush()?;
+    say(format_args!("{question} [y/N] "))?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))

@@ -26,7 +26,9 @@ pub struct View {
     pub commands: u64,
 }
 
-/// The names with keys under `prefix`: the main key of a name is `<prefix>:{<name>}`.
+/// The names with keys under `prefix` (the main key of a name is `<prefix>:{<name>}`), how
+/// many keys there are not text (no name redlatch writes, left alone), and how many `SCAN`
+/// calls it took.
 ///
 /// # Errors
 ///
@@ -34,13 +36,13 @@ pub struct View {
 pub async fn names(
     conn: &mut MultiplexedConnection,
     prefix: &str,
-) -> AnyResult<(Vec<String>, u64)> {
+) -> AnyResult<(Vec<String>, usize, u64)> {
     let pattern = format!("{}:{{*}}", glob_escape(prefix));
     let head = format!("{prefix}:{{");
     let mut names = Vec::new();
-    let (mut cursor, mut calls) = (0u64, 0u64);
+    let (mut cursor, mut calls, mut binary) = (0u64, 0u64, 0usize);
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(&pattern)
@@ -49,10 +51,19 @@ pub async fn names(
             .query_async(conn)
             .await?;
         calls += 1;
-        names.extend(batch.into_iter().filter_map(|key| {
-            let name = key.strip_prefix(&head)?.strip_suffix('}')?;
-            (!name.contains(['{', '}'])).then(|| name.to_owned())
-        }));
+        for key in batch {
+            let Ok(key) = String::from_utf8(key) else {
+                binary += 1;
+                continue;
+            };
+            if let Some(name) = key
+                .strip_prefix(&head)
+                .and_then(|rest| rest.strip_suffix('}'))
+                .filter(|name| !name.contains(['{', '}']))
+            {
+                names.push(name.to_owned());
+            }
+        }
         if next == 0 {
             break;
         }
@@ -60,7 +71,7 @@ pub async fn names(
     }
     names.sort_unstable();
     names.dedup();
-    Ok((names, calls))
+    Ok((names, binary, calls))
 }
 
 /// One refresh: every name in use under the client's prefix, inspected, at most `limit` kept.
@@ -74,8 +85,8 @@ pub async fn view(
     prefix: &str,
     limit: usize,
 ) -> AnyResult<View> {
-    let (names, scans) = names(conn, prefix).await?;
-    let (mut rows, mut unreadable) = (Vec::new(), 0);
+    let (names, binary, scans) = names(conn, prefix).await?;
+    let (mut rows, mut unreadable) = (Vec::new(), binary);
     for name in &names {
         let snapshot = match client.inspect(name).await {
             Ok(snapshot) => snapshot,

@@ -1,7 +1,7 @@
 //! The `redlatch` command-line tool against a real server: inspect, force-unlock, and the quick
 //! benchmark's output.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -306,6 +306,15 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
             .query_async(&mut conn)
             .await
             .unwrap();
+        // And a key that is not text.
+        let mut binary = format!("{}:{{", redis.prefix).into_bytes();
+        binary.extend_from_slice(b"\xff\xfe}");
+        let _: () = redis::cmd("SET")
+            .arg(&binary)
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
 
         let run = |args: Vec<&'static str>| {
             let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
@@ -330,13 +339,19 @@ async fn top_lists_held_and_queued_names_most_queued_first() {
             (&serde_json::json!(1), &serde_json::json!(3))
         );
         assert_eq!(view["left_out"], 0);
-        assert_eq!(view["unreadable"], 1);
+        assert_eq!(view["unreadable"], 2);
         let members: Vec<String> = redis::cmd("SMEMBERS")
             .arg(&foreign)
             .query_async(&mut conn)
             .await
             .unwrap();
         assert_eq!(members, vec!["alice".to_owned()]);
+        let kept: Option<String> = redis::cmd("GET")
+            .arg(&binary)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kept.as_deref(), Some("x"));
 
         let (ok, out) = run(vec!["top", "--once"]).await.unwrap();
         assert!(ok, "{out}");
@@ -442,4 +457,40 @@ fn script_profile_covers_names_in_use_and_contended_names() {
         }
     }
     std::fs::remove_dir_all(&out_dir).expect("remove the output");
+}
+
+/// A reader that goes away (`redlatch inspect --watch | head`) ends the command quietly, with
+/// success, not with a panic at the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_goes_away_ends_a_watch_quietly() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
+        let (status, stderr) = tokio::task::spawn_blocking(move || {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
+                .args(["--url", &url, "--prefix", &prefix])
+                .args(["inspect", "watched", "--watch", "--interval-ms", "100"])
+                .env_remove("REDIS_URL")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run redlatch");
+            let mut stdout = child.stdout.take().expect("stdout");
+            // It has begun to print; then the reader goes.
+            let mut first = [0u8; 16];
+            stdout.read_exact(&mut first).expect("first output");
+            drop(stdout);
+            let out = child.wait_with_output().expect("wait for redlatch");
+            (
+                out.status,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+        .await
+        .expect("task");
+        assert!(status.success(), "{status:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    })
+    .await;
 }
