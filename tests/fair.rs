@@ -118,6 +118,42 @@ async fn a_dead_waiter_is_evicted_after_its_timeout() {
     .await;
 }
 
+/// A hand-over that runs out unanswered shows its client gone, and every waiter of that client
+/// goes with it at the next call: `inspect`, which changes nothing, leaves them out already.
+#[tokio::test]
+async fn inspect_leaves_out_the_waiters_of_a_client_whose_hand_over_ran_out() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let live = redis.client();
+        let holder = live.fair_mutex("gone").unwrap().lock().await.unwrap();
+        // Two waiters queue from a process that then dies.
+        crashing(|| async {
+            let client = redis
+                .builder()
+                .waiter_timeout(Duration::from_millis(300))
+                .build()
+                .unwrap();
+            for _ in 0..2 {
+                let m = client.fair_mutex("gone").unwrap();
+                tokio::spawn(async move { m.lock().await });
+            }
+            until(|| async { redis.queued(&client, "gone").await == 2 }).await;
+        });
+        // The release hands the lock to the first, which never answers: once its first term
+        // runs out, it holds nothing.
+        holder.unlock().await.unwrap();
+        until(|| async { live.inspect("gone").await.unwrap().holders.is_empty() }).await;
+        let snapshot = live.inspect("gone").await.unwrap();
+        assert!(snapshot.waiters.is_empty(), "{snapshot:?}");
+        // The next call clears them indeed.
+        let guard = live.fair_mutex("gone").unwrap().try_lock().await.unwrap();
+        assert!(guard.is_some());
+        drop(guard);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_burst_is_exact_and_leaves_nothing_behind() {
     let redis = TestRedis::new();

@@ -10,7 +10,8 @@
 --          nothing is stored under the name, holders is a flat list of
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
 --          flat list of (owner, op .. units .. '/' .. lease ms, client id), in queue order.
---          Holders whose lease ran out are left out. {-1, type, i} when KEYS[i] holds data
+--          Holders whose lease ran out are left out, and so are the waiters of a client whose
+--          hand-over ran out unanswered (the next call removes them: queue_lib's purge). {-1, type, i} when KEYS[i] holds data
 --          redlatch did not write (see keys_lib), {-2, layout} for another layout ('' for a
 --          hash without a layout tag).
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -56,8 +57,17 @@ for j, k in ipairs({h, q}) do
   bad = foreign(k, j + 1)
   if bad then return bad end
 end
-local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence')
+local meta = redis.call('HMGET', m, '~writer', '~wholds', '~wexp', '~used', '~cap', '~fence',
+                        '~wclient')
 local writer, wexp = meta[1], tonumber(meta[3]) or 0
+-- Clients whose hand-over ran out unanswered (still marked with them): gone, with every
+-- waiter of theirs, as the next call will find (queue_lib's purge).
+local gone = {}
+if writer and wexp <= now and meta[7] then gone[meta[7]] = true end
+for _, o in ipairs(redis.call('ZRANGE', h, '-inf', now, 'BYSCORE')) do
+  local c = string.match(redis.call('HGET', m, 'h:' .. o) or '', '^[^/]*/[^/]*/(.+)$')
+  if c then gone[c] = true end
+end
 if meta[6] then last = meta[6] end
 local function shared_holds(o)
   local v = redis.call('HGET', m, 'h:' .. o) or ''
@@ -85,7 +95,7 @@ for j = 1, #hs, 2 do
 end
 for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
   local c, o, what = string.match(w, '^([^/]*)/([^/]+)/(%a%d+/%d+)/%d+$')
-  if o then
+  if o and not gone[c] then
     for _, v in ipairs({o, what, c}) do waiters[#waiters + 1] = v end
   end
 end

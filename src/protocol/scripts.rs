@@ -172,8 +172,8 @@ mod tests {
             ),
             (
                 &*INSPECT,
-                "5da216e128abd11686934527a6b236abd7a9660b",
-                "b295bc6913aed900962259238bf89350559c97d5",
+                "bb4c29bfc0d6fbbc308a4cd516b3575f8a3e565f",
+                "ec14684ed1cdf075c4140acb7b83f00050b000db",
             ),
             (
                 &*FORCE_UNLOCK,
