@@ -310,17 +310,22 @@ impl RedisCluster {
         })
     }
 
-    /// Kills master `master` (SIGKILL) and waits until one of its replicas has taken over its
-    /// slots and the cluster is ok again; returns the new master's index and how long the
-    /// failover took from the kill.
-    pub fn fail_over(&mut self, master: usize) -> Result<(usize, Duration), String> {
+    /// The first slot master `master` serves, as it sees it.
+    fn first_slot_of(&self, master: usize) -> Result<u16, String> {
         let slot = self
             .owners_seen_by(&self.nodes[master])?
             .into_iter()
             .find(|(_, port)| *port == i64::from(self.nodes[master].server.port()))
             .map(|(first, _)| first)
             .ok_or("the master serves no slot")?;
-        let slot = u16::try_from(slot).map_err(|e| e.to_string())?;
+        u16::try_from(slot).map_err(|e| e.to_string())
+    }
+
+    /// Kills master `master` (SIGKILL) and waits until one of its replicas has taken over its
+    /// slots and the cluster is ok again; returns the new master's index and how long the
+    /// failover took from the kill.
+    pub fn fail_over(&mut self, master: usize) -> Result<(usize, Duration), String> {
+        let slot = self.first_slot_of(master)?;
         let started = Instant::now();
         self.nodes[master].server.kill();
         self.wait(Duration::from_secs(30), |c| {
@@ -334,13 +339,7 @@ impl RedisCluster {
     /// nodes see it; returns the new master's index. [`thaw`](Self::thaw) resumes it (it then
     /// learns it was failed over and becomes a replica).
     pub fn fail_over_frozen(&mut self, master: usize) -> Result<usize, String> {
-        let slot = self
-            .owners_seen_by(&self.nodes[master])?
-            .into_iter()
-            .find(|(_, port)| *port == i64::from(self.nodes[master].server.port()))
-            .map(|(first, _)| first)
-            .ok_or("the master serves no slot")?;
-        let slot = u16::try_from(slot).map_err(|e| e.to_string())?;
+        let slot = self.first_slot_of(master)?;
         self.nodes[master].server.pause();
         let witness = (0..self.nodes.len())
             .find(|i| *i != master)
