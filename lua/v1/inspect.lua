@@ -11,9 +11,9 @@
 --          (owner, exclusive holds, read holds or permits, lease left in ms) and waiters a
 --          flat list of (owner, op .. units .. '/' .. lease ms, client id), in queue order.
 --          Holders whose lease ran out are left out, and so are the waiters of a client whose
---          hand-over ran out unanswered (the next call removes them: queue_lib's purge). {-1, type, i} when KEYS[i] holds data
---          redlatch did not write (see keys_lib), {-2, layout} for another layout ('' for a
---          hash without a layout tag).
+--          hand-over ran out unanswered (the next call removes them: queue_lib's purge).
+--          {-1, type, i} when KEYS[i] holds data redlatch did not write (see keys_lib),
+--          {-2, layout} for another layout ('' for a hash without a layout tag).
 local m, h, q, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

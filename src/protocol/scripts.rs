@@ -172,8 +172,8 @@ mod tests {
             ),
             (
                 &*INSPECT,
-                "bb4c29bfc0d6fbbc308a4cd516b3575f8a3e565f",
-                "ec14684ed1cdf075c4140acb7b83f00050b000db",
+                "c65466c70699e889c81971709fd8f5ecca989759",
+                "aba61205701deca2ca7f6b9d1cdbe43d83b495b1",
             ),
             (
                 &*FORCE_UNLOCK,
