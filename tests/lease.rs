@@ -5,6 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch::Error;
+use redlatch_harness::proxy::Mode;
 use support::{TestRedis, within};
 
 const LEASE: Duration = Duration::from_millis(300);
@@ -214,6 +215,59 @@ async fn dropped_guards_are_released_in_the_background() {
             .await
             .unwrap();
         next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// Found by review: a hold marked lost at its deadline, because its renewals' answers never
+/// came, may still be held in Redis (the renewals reached it). Its guard's drop sent no
+/// release, so the name stayed taken for up to a lease after the guard was gone (an election's
+/// leader dropped, a layer's request cancelled for a lost lease).
+#[tokio::test]
+async fn a_guard_lost_at_its_deadline_is_still_released_when_dropped() {
+    // Our own server: the proxy holds this client's replies back.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let lease = Duration::from_secs(6);
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.default_lease(lease).build().unwrap();
+        let other = redis.client();
+        let plain = cut.mutex("lapsed").unwrap().lock().await.unwrap();
+        let fair = cut.fair_mutex("lapsed-fair").unwrap().lock().await.unwrap();
+        // Renewals (from a third of the lease) reach Redis; their answers never come back.
+        proxy.set(Mode::HoldReplies);
+        tokio::join!(plain.lost(), fair.lost());
+        let mut conn = redis.conn().await;
+        let mut left = Vec::new();
+        for name in ["lapsed", "lapsed-fair"] {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(redis.lock_key(name))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // What makes the case: the renewals that reached Redis hold the name on.
+            assert!(pttl > 1500, "{name}: {pttl} ms left in Redis when lost");
+            left.push(Duration::from_millis(u64::try_from(pttl).unwrap()));
+        }
+        proxy.set(Mode::Pass);
+        drop(plain);
+        drop(fair);
+        // Freed by the release well before the lease left in Redis would run out.
+        let next = other
+            .mutex("lapsed")
+            .unwrap()
+            .lock_timeout(left[0] - Duration::from_millis(1000))
+            .await
+            .unwrap();
+        let next_fair = other
+            .fair_mutex("lapsed-fair")
+            .unwrap()
+            .lock_timeout(left[1] - Duration::from_millis(1000))
+            .await
+            .unwrap();
+        next.unlock().await.unwrap();
+        next_fair.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
     })
     .await;

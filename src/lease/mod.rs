@@ -72,6 +72,9 @@ pub(crate) struct Hold {
     pub(crate) value: Option<String>,
     /// Lost: never to be held again.
     lost: AtomicBool,
+    /// Lost at its deadline, not by an answer: renewals may have reached Redis with their
+    /// answers lost, so Redis may hold it still, and letting it go still sends its release.
+    lapsed: AtomicBool,
     /// Which of the guards it passes through (local hand-off) has it: 0 for the first, one
     /// more at each let-go of a guard that could pass it.
     turn: AtomicU64,
@@ -111,6 +114,7 @@ impl Hold {
             durable: None,
             value: None,
             lost: AtomicBool::new(false),
+            lapsed: AtomicBool::new(false),
             turn: AtomicU64::new(0),
             signal: std::sync::OnceLock::new(),
             cohort: std::sync::OnceLock::new(),
@@ -145,6 +149,19 @@ impl Hold {
         if first && let Some(cohort) = self.cohort.get().and_then(std::sync::Weak::upgrade) {
             cohort.lost(self);
         }
+    }
+
+    /// Marks the hold lost at its deadline, with no answer from Redis saying it is gone: Redis
+    /// may hold it still (renewals that reached it, their answers lost), so its guard's drop
+    /// still releases it. The release compares the owner, so it frees nobody else's hold.
+    pub(crate) fn mark_lapsed(&self) {
+        self.lapsed.store(true, Ordering::SeqCst);
+        self.mark_lost();
+    }
+
+    /// Whether Redis may hold it still: not lost, or lost only at its deadline.
+    fn may_remain(&self) -> bool {
+        !self.is_lost() || self.lapsed.load(Ordering::SeqCst)
     }
 
     /// Which guard has the hold now: 0 for the first, one more at each let-go of a guard that
@@ -356,7 +373,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
             self.hold.end(&self.tasks.0.watchdog);
-            if !self.hold.is_lost() {
+            if self.hold.may_remain() {
                 // If the release queue is gone the client is shutting down; the lease then
                 // simply runs out.
                 let _ = self.tasks.0.releases.send(Arc::clone(&self.hold));

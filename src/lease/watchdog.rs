@@ -269,7 +269,7 @@ async fn renew_due(backend: &Backend, schedule: &mut Schedule) {
             schedule.entries.remove(&id);
         } else if now >= hold.expires_at() {
             tracing::warn!(lock = %hold.name, "lease ran out before it could be renewed");
-            hold.mark_lost();
+            hold.mark_lapsed();
             schedule.entries.remove(&id);
         } else if e.renewing {
             due.push(hold);
