@@ -451,6 +451,42 @@ async fn a_name_that_cannot_be_used_is_a_bad_request() {
     .await;
 }
 
+/// Found by review: settings the layer was built with that the client refuses (a semaphore of
+/// 0 permits; a fair lock or permits on a Redlock client) answered every request `400 Bad
+/// Request` or `503 Service Unavailable`, blaming the caller or inviting retries for what only
+/// the server's configuration can change.
+#[tokio::test]
+async fn settings_the_client_refuses_are_a_server_error() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client: LockClient = redis.client();
+        let no_permits = PermitLayer::new(client, "p", 0)
+            .respond_with_status()
+            .layer(service_fn(report));
+        let response = no_permits.oneshot(request("/")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        // A Redlock client serves neither fair locks nor semaphores; it refuses them before
+        // reaching any node.
+        let redlock = LockClient::redlock((0..3).map(|_| (redis.pool(), redis.url.as_str())))
+            .key_prefix(&redis.prefix)
+            .build()
+            .unwrap();
+        let fair = LockLayer::new(redlock.clone(), by_path)
+            .fair()
+            .respond_with_status()
+            .layer(service_fn(report));
+        let response = fair.oneshot(request("/fair")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let permits = PermitLayer::new(redlock, "p", 2)
+            .respond_with_status()
+            .layer(service_fn(report));
+        let response = permits.oneshot(request("/")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn poll_ready_only_asks_the_inner_service_and_the_lock_comes_with_the_call() {
     // Our own server: the test counts every script call it sees.

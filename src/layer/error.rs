@@ -91,8 +91,10 @@ impl LayerError {
     /// `503 Service Unavailable` for a semaphore with no permit free, a lost lease or Redis
     /// out of reach, `400 Bad Request` for a bad owner header or a name that cannot be used
     /// (names usually come from the request), and `500 Internal Server Error` for what the
-    /// request cannot change: foreign data or another layout under the key, a semaphore in use
-    /// with another capacity, an unexpected reply.
+    /// request cannot change: the layer's own settings refused (a semaphore of 0 permits, a
+    /// lease the client cannot use, a fair lock or permits on a Redlock client), foreign data
+    /// or another layout under the key, a semaphore in use with another capacity, an
+    /// unexpected reply.
     ///
     /// ```
     /// use redlatch::layer::LayerError;
@@ -112,12 +114,14 @@ impl LayerError {
             }
             Self::BadOwner { .. }
             | Self::Acquire {
-                source: crate::Error::InvalidArgument { .. },
+                source: crate::Error::InvalidArgument { what: "name", .. },
                 ..
             } => StatusCode::BAD_REQUEST,
             Self::Acquire {
                 source:
-                    crate::Error::CapacityMismatch { .. }
+                    crate::Error::InvalidArgument { .. }
+                    | crate::Error::Unsupported { .. }
+                    | crate::Error::CapacityMismatch { .. }
                     | crate::Error::WrongType { .. }
                     | crate::Error::Layout { .. }
                     | crate::Error::Upgrade { .. }
