@@ -279,6 +279,44 @@ async fn a_resign_cancelled_before_its_request_was_sent_still_tells_observers() 
     .await;
 }
 
+/// Found by review: a resignation whose record was written but whose release was cancelled
+/// before it was sent (the connection was being made again) released nothing: observers were
+/// told nobody leads, while the name stayed taken, and no candidate could lead, for the rest of
+/// the lease.
+#[tokio::test]
+async fn a_resign_cancelled_before_its_release_was_sent_still_releases() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        // The leader's handle keeps the default lease (30 s): a release never sent would keep
+        // the next candidate out for that long.
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let other = redis.client();
+        let leadership = cut
+            .election("left")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        // The record is written and its answer lost; the connection made again for the release
+        // cannot get through: the resignation is cancelled while it waits for it.
+        proxy.lose_next_reply_then(Mode::Blackhole);
+        let cancelled = tokio::time::timeout(Duration::from_millis(300), leadership.resign()).await;
+        assert!(cancelled.is_err(), "the release got through the blackhole");
+        assert_eq!(proxy.replies_lost(), 1);
+        proxy.set(Mode::Pass);
+        let next = other
+            .election("left")
+            .unwrap()
+            .campaign_timeout("next", Duration::from_secs(10))
+            .await
+            .expect("the name still taken 10 s after the resignation was cancelled");
+        next.resign().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_dropped_leadership_resigns_and_the_next_candidate_leads() {
     let redis = TestRedis::new();

@@ -48,9 +48,11 @@ pub enum Mode {
 #[derive(Debug)]
 pub struct Proxy {
     local: SocketAddr,
-    mode: watch::Sender<Mode>,
+    mode: Arc<watch::Sender<Mode>>,
     /// Set: the next reply of any connection is lost (its connection reset) instead.
     armed: Arc<AtomicBool>,
+    /// The mode to switch to when the armed reply is lost, if any.
+    then: Arc<std::sync::Mutex<Option<Mode>>>,
     /// How many connections were reset for an armed reply.
     resets: watch::Sender<u64>,
     _stop: watch::Sender<()>,
@@ -67,18 +69,23 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let local = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let mode = Arc::new(mode);
         let (stop, stop_rx) = watch::channel(());
         let armed = Arc::new(AtomicBool::new(false));
         let (resets, _) = watch::channel(0);
+        let then = Arc::new(std::sync::Mutex::new(None));
         let shot = Shot {
             armed: Arc::clone(&armed),
             resets: resets.clone(),
+            then: Arc::clone(&then),
+            mode: Arc::clone(&mode),
         };
         tokio::spawn(accept(listener, upstream, mode_rx, stop_rx, shot));
         Ok(Self {
             local,
             mode,
             armed,
+            then,
             resets,
             _stop: stop,
         })
@@ -87,6 +94,16 @@ impl Proxy {
     /// The next reply that comes through, on any connection, is lost: that connection is
     /// reset instead (its request ran). Then every reply passes again.
     pub fn lose_next_reply(&self) {
+        *self.then.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// As [`lose_next_reply`](Self::lose_next_reply), and the proxy switches to `mode` as it
+    /// loses that reply, before the client's connection is reset: whatever the client sends
+    /// next, on a new connection too, meets `mode` (for instance a reconnect that
+    /// [`Mode::Blackhole`] holds up).
+    pub fn lose_next_reply_then(&self, mode: Mode) {
+        *self.then.lock().unwrap_or_else(|p| p.into_inner()) = Some(mode);
         self.armed.store(true, Ordering::SeqCst);
     }
 
@@ -121,6 +138,9 @@ impl Proxy {
 struct Shot {
     armed: Arc<AtomicBool>,
     resets: watch::Sender<u64>,
+    /// The mode to switch to as the reply is lost ([`Proxy::lose_next_reply_then`]).
+    then: Arc<std::sync::Mutex<Option<Mode>>>,
+    mode: Arc<watch::Sender<Mode>>,
 }
 
 async fn accept(
@@ -222,6 +242,9 @@ async fn carry(
             return;
         }
         if !down.chunks.is_empty() && shot.armed.swap(false, Ordering::SeqCst) {
+            if let Some(next) = shot.then.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                shot.mode.send_replace(next);
+            }
             let _ = client.set_zero_linger();
             shot.resets.send_modify(|n| *n += 1);
             return;

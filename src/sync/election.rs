@@ -512,7 +512,17 @@ impl Leadership {
         let Some(guard) = self.guard.take() else {
             return told;
         };
-        told.and(guard.unlock().await)
+        // In a task of its own: the guard's lease is no longer renewed once its release
+        // begins, so a release dropped before it was sent (this future cancelled while a
+        // connection is made) would leave the name taken, with nobody leading, for the rest of
+        // the lease.
+        let unlocked = tokio::spawn(guard.unlock()).await.unwrap_or_else(|_| {
+            Err(Error::Protocol {
+                script: "mutex_release",
+                detail: "the release task stopped without an answer".into(),
+            })
+        });
+        told.and(unlocked)
     }
 }
 
