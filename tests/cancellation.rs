@@ -297,3 +297,65 @@ async fn a_wait_dropped_after_a_lost_answer_gives_back_what_that_attempt_got() {
     })
     .await;
 }
+
+/// The one holder of `name` and its hold count.
+async fn holds(client: &redlatch::LockClient, name: &str) -> u32 {
+    let snapshot = client.inspect(name).await.unwrap();
+    assert_eq!(snapshot.holders.len(), 1, "{snapshot:?}");
+    snapshot.holders[0].exclusive_holds
+}
+
+/// Found by review: a carried owner's wait (`lock_as`) whose attempt was granted in Redis but
+/// whose answer was lost (the server too slow to answer in time) asked again with the same
+/// claim, which joined the owner's hold a second time: one guard for two holds, and the name
+/// stayed taken for a lease after that guard's release. The attempt asked again is now the
+/// same request, which the name's request log answers with the first run's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let other = redis.client();
+        // The client's connections are made (its subscription too) before the replies stop.
+        let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
+        let fair = cut.fair_mutex("warm").unwrap();
+        let waiting = tokio::spawn(async move { fair.lock().await });
+        assert!(until_within(Duration::from_secs(10), || listened(&redis, "warm")).await);
+        warm.unlock().await.unwrap();
+        waiting.await.unwrap().unwrap().unlock().await.unwrap();
+        for (name, fair) in [("carried", false), ("carried-fair", true)] {
+            let owner = redlatch::OwnerToken::new();
+            proxy.set(Mode::HoldReplies);
+            let waiting = {
+                let cut = cut.clone();
+                let name = name.to_owned();
+                tokio::spawn(async move {
+                    if fair {
+                        cut.fair_mutex(&name).unwrap().lock_as(&owner).await
+                    } else {
+                        cut.mutex(&name).unwrap().lock_as(&owner).await
+                    }
+                })
+            };
+            // Its first attempt took the free name and its answer was lost (the connection's
+            // response timeout, 500 ms): it waits on, asks to be told of the name, and asks
+            // again once the replies pass.
+            assert!(until_within(Duration::from_secs(10), || listened(&redis, name)).await);
+            proxy.set(Mode::Pass);
+            let guard = waiting.await.unwrap().unwrap();
+            assert_eq!(holds(&other, name).await, 1, "{name}: one guard, one hold");
+            guard.unlock().await.unwrap();
+            let next = if fair {
+                other.fair_mutex(name).unwrap().try_lock().await.unwrap()
+            } else {
+                other.mutex(name).unwrap().try_lock().await.unwrap()
+            };
+            next.expect("the name is free once its one guard released it")
+                .unlock()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

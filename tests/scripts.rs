@@ -581,3 +581,141 @@ async fn a_fence_counter_of_the_layout_before_is_carried_over() {
     })
     .await;
 }
+
+/// `mutex_acquire` as this version sends it to one server: run once per request id through
+/// the name's request log (`once_lib.lua`).
+fn logged_mutex_acquire() -> redis::Script {
+    redis::Script::new(concat!(
+        "local PUBLISH = 'PUBLISH'\nlocal function main()\n",
+        include_str!("../lua/v1/keys_lib.lua"),
+        include_str!("../lua/v1/mutex_lib.lua"),
+        include_str!("../lua/v1/mutex_acquire.lua"),
+        "end\n",
+        include_str!("../lua/v1/once_lib.lua"),
+    ))
+}
+
+/// A carried owner's acquisition (`as`, which adds a hold) with request id `id`: the status
+/// and the owner's hold count after it.
+async fn logged_join(
+    conn: &mut redis::aio::MultiplexedConnection,
+    lock: &str,
+    owner: &str,
+    id: &str,
+) -> (i64, i64) {
+    let reply: Vec<redis::Value> = logged_mutex_acquire()
+        .key(lock)
+        .key(format!("{lock}:fence"))
+        .key(format!("{lock}:once"))
+        .arg(owner)
+        .arg(30_000)
+        .arg(60_000)
+        .arg("as")
+        .arg("-")
+        .arg(0)
+        .arg(id)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
+    (int(&reply[0]), reply.get(2).map_or(0, int))
+}
+
+/// Found by review: the request log lived 10 s from when it was made, whatever was written to
+/// it since, so a request logged near the end of that life was protected for almost nothing: sent
+/// again (a lost answer), it ran again and added a hold. Every entry is now kept 10 s at least,
+/// entries older than that are dropped as the log is written, and a hash that the library did
+/// not write is left alone.
+#[tokio::test]
+async fn every_logged_request_is_kept_for_the_whole_window() {
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let mut conn = redis.conn().await;
+        let lock = redis.lock_key("logged");
+        let log = format!("{lock}:once");
+        assert_eq!(logged_join(&mut conn, &lock, "o", "first").await, (1, 1));
+        // The log near the end of its first window, as if made 9.9 s ago.
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&log)
+            .arg(100)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(logged_join(&mut conn, &lock, "o", "second").await, (1, 2));
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 9_000, "the log's TTL after a write: {pttl} ms");
+        // Past the old window's end (time is the point: the log's expiry).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            logged_join(&mut conn, &lock, "o", "second").await,
+            (1, 2),
+            "a request sent again is answered from the log, not run again"
+        );
+        // Entries older than the window go as the log is written: these two, with the mark,
+        // are every field a write draws.
+        let _: () = redis::cmd("DEL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let packed = "1000:x";
+        let _: () = redis::cmd("HSET")
+            .arg(&log)
+            .arg("~")
+            .arg("once:2")
+            .arg("old1")
+            .arg(packed)
+            .arg("old2")
+            .arg(packed)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(logged_join(&mut conn, &lock, "o", "third").await, (1, 3));
+        let mut fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        fields.sort();
+        assert_eq!(fields, ["third", "~"]);
+        // A hash the library did not write under the log's key is neither used nor changed.
+        let _: () = redis::cmd("DEL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&log)
+            .arg("theirs")
+            .arg("1")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(logged_join(&mut conn, &lock, "o", "fourth").await, (1, 4));
+        let theirs: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(theirs.len(), 1);
+        assert_eq!(theirs["theirs"], "1");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(ttl, -1, "their hash was given an expiry");
+        let _: () = redis::cmd("DEL")
+            .arg(&log)
+            .arg(&lock)
+            .arg(format!("{lock}:fence"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    })
+    .await;
+}

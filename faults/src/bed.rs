@@ -505,17 +505,36 @@ impl Bed {
         out
     }
 
-    /// Keys of the library left on the lock server (fencing counters outlive locks on purpose).
+    /// Keys of the library left on the lock server. Fencing counters outlive locks on purpose;
+    /// a name's request log (`:once`, written by re-entries and carried owners' acquisitions)
+    /// expires 10 s after its last write, and counts only if it would stay longer.
     pub async fn leftovers(&self) -> Result<Vec<String>, String> {
         let mut conn = self.lock_conn().await?;
-        let mut keys: Vec<String> = redis::cmd("KEYS")
+        let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{}:*", self.prefix))
             .query_async(&mut conn)
             .await
             .map_err(|e| format!("KEYS: {e}"))?;
-        keys.retain(|k| !k.ends_with(":fence"));
-        keys.sort();
-        Ok(keys)
+        let mut left = Vec::new();
+        for key in keys {
+            if key.ends_with(":fence") {
+                continue;
+            }
+            if key.ends_with(":once") {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("PTTL: {e}"))?;
+                // Gone since (-2), or expiring within its window: not left.
+                if ttl == -2 || (0..=10_000).contains(&ttl) {
+                    continue;
+                }
+            }
+            left.push(key);
+        }
+        left.sort();
+        Ok(left)
     }
 
     /// Script calls the lock server has run, from `INFO commandstats`.

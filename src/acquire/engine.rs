@@ -31,6 +31,10 @@ pub(crate) struct Ask {
     pub(crate) owner: OwnerToken,
     pub(crate) claim: Claim,
     pub(crate) tokens: u32,
+    /// The id its script call carries where it runs once per request (see `once_lib.lua`):
+    /// the same as the last attempt's when that one's answer was lost, so that a script that
+    /// ran already answers from its log rather than adding a hold again; `None`: a new one.
+    pub(crate) request: Option<u128>,
 }
 
 impl Ask {
@@ -42,6 +46,7 @@ impl Ask {
             owner,
             claim,
             tokens: 1,
+            request: None,
         }
     }
 }
@@ -458,6 +463,7 @@ impl Engine {
             floor: floor.unwrap_or(0),
             waiters,
             tokens: ask.tokens,
+            request: ask.request,
         };
         let sent_at = Instant::now();
         let (answer, acks) = self.send_noted(&request, ask, sent_at, true).await?;

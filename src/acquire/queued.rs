@@ -104,6 +104,7 @@ pub(super) async fn run(
         fence_ttl_ms: millis(FENCE_TTL),
         claim: ask.claim,
         client: &core.id,
+        request: ask.request,
     };
     let sent_at = Instant::now();
     let (answer, acks) = engine.send_noted(&request, ask, sent_at, false).await?;

@@ -85,6 +85,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         },
         waiters: engine.core.notifier.has_waiters(&engine.keys.wake),
         tokens: 1,
+        request: ask.request,
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;

@@ -66,6 +66,7 @@ pub(super) async fn acquire(
         ask,
         place: in_redis.then(Arc::default),
         unanswered: AtomicBool::new(false),
+        resend: std::sync::Mutex::new(None),
         waited,
         acquired: false,
     };
@@ -107,6 +108,11 @@ struct Attempts<'a> {
     place: Option<Arc<Place>>,
     /// An attempt failed without an answer: it may have been granted in Redis all the same.
     unanswered: AtomicBool,
+    /// The claim and request id of the last attempt, when its answer was lost and its claim
+    /// must not run twice (a carried owner's, which adds a hold each time): the next attempt
+    /// with that claim is the same request sent again, and a script that ran already answers
+    /// it from the name's request log.
+    resend: std::sync::Mutex<Option<(Claim, u128)>>,
     /// The caller waited for its turn in this client before its first attempt.
     waited: bool,
     /// The wait ended with the hold.
@@ -133,15 +139,29 @@ impl Attempts<'_> {
                 fresh: self.ask.claim == Claim::New,
             };
         }
+        if !ask.claim.repeats_safely() {
+            let resent = self
+                .resend()
+                .take()
+                .filter(|(claim, _)| *claim == ask.claim);
+            ask.request = Some(resent.map_or_else(|| fastrand::u128(..), |(_, id)| id));
+        }
         async move {
             crate::timeline::hop("attempt.sent");
             let result = self.engine.attempt(ask, self.place.clone()).await;
             crate::timeline::hop("attempt.answered");
             if matches!(&result, Err(err) if err.is_lost_answer()) {
                 self.unanswered.store(true, Ordering::Relaxed);
+                if let Some(id) = ask.request {
+                    *self.resend() = Some((ask.claim, id));
+                }
             }
             result
         }
+    }
+
+    fn resend(&self) -> std::sync::MutexGuard<'_, Option<(Claim, u128)>> {
+        self.resend.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A release handed the waiter the hold. If it handed over the place that this waiter's

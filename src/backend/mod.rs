@@ -42,7 +42,7 @@ pub(crate) use durable::Want;
 pub(crate) use quorum::Quorum;
 #[cfg(test)]
 pub(crate) use script::Publish;
-pub(crate) use script::{By, Call, Script};
+pub(crate) use script::{By, Call, Logged, Script};
 #[cfg(feature = "sentinel")]
 pub(crate) use sentinel::Master;
 pub(crate) use source::Source;

@@ -13,15 +13,28 @@ use redis::{Cmd, ToRedisArgs};
 /// channel lives in the name's hash slot, and only that shard's subscribers hear it). Each form
 /// is its file(s) after a one-line prelude that sets `PUBLISH` to the command.
 ///
-/// The cluster form of a script that must run once per request (`once`) also runs its code
-/// through `lua/v1/once_lib.lua`: each call of it carries one more key, the name's request log
-/// (its first key and `:once`), and one more argument, a request id, so a request that the
-/// cluster client re-sends after a lost reply is answered from the log instead of running again.
+/// A script that must run once per request runs its code through `lua/v1/once_lib.lua` in the
+/// forms its [`Logged`] says: each call of such a form carries one more key, the name's request
+/// log (its first key and `:once`), and one more argument, a request id, so a request sent
+/// again after a lost reply (by the cluster client, or by a wait that asks again) is answered
+/// from the log instead of running again.
 #[derive(Debug)]
 pub(crate) struct Script {
     plain: Form,
     sharded: Form,
-    once: bool,
+    logged: Logged,
+}
+
+/// Which forms of a script run through the request log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Logged {
+    /// Neither: the script may run twice with the effect of once, or is never sent again.
+    Never,
+    /// The cluster form: the cluster client re-sends a request whose reply it lost (a
+    /// release).
+    Sharded,
+    /// Both: a wait asks again after a lost answer on any server (an acquisition).
+    Always,
 }
 
 #[derive(Debug)]
@@ -78,13 +91,13 @@ impl By {
 }
 
 impl Script {
-    /// A script from its `PUBLISH` and `SPUBLISH` forms; `once`: the sharded form is wrapped
-    /// by the request log (it takes one more key and one more argument).
-    pub(crate) fn new(plain: &'static str, sharded: &'static str, once: bool) -> Self {
+    /// A script from its `PUBLISH` and `SPUBLISH` forms; `logged`: which of them are wrapped by
+    /// the request log (they take one more key and one more argument).
+    pub(crate) fn new(plain: &'static str, sharded: &'static str, logged: Logged) -> Self {
         Self {
             plain: Form::new(plain),
             sharded: Form::new(sharded),
-            once,
+            logged,
         }
     }
 
@@ -117,7 +130,11 @@ impl Script {
         } else {
             ("EVALSHA", form.hash.as_str())
         };
-        let once = self.once && by.publish == Publish::Sharded;
+        let once = match self.logged {
+            Logged::Never => false,
+            Logged::Sharded => by.publish == Publish::Sharded,
+            Logged::Always => true,
+        };
         // Room for the usual call without growing: a few keys and a dozen short arguments.
         let mut cmd = Cmd::with_capacity(16 + 2 * keys, 256 + 64 * keys + script.len());
         cmd.arg(verb).arg(script).arg(keys + usize::from(once));
@@ -149,6 +166,9 @@ struct Once {
     /// The request may run twice with the effect of once: it is sent without an id, and the
     /// log is neither read nor written.
     repeatable: bool,
+    /// The request's id, when the caller gives one (a request sent again after a lost answer
+    /// carries the first one's); else a new one.
+    id: Option<u128>,
 }
 
 impl Call {
@@ -190,6 +210,15 @@ impl Call {
         self
     }
 
+    /// Gives a call run once per request the id `id` (the same for a request sent again after
+    /// its answer was lost), rather than a new one.
+    pub(crate) fn request_id(&mut self, id: Option<u128>) -> &mut Self {
+        if let Some(once) = &mut self.once {
+            once.id = id;
+        }
+        self
+    }
+
     /// The command, ready to send, and the source of its script (for [`by_source`], should
     /// the server lack the script).
     pub(crate) fn into_parts(self) -> (Cmd, &'static str) {
@@ -207,8 +236,9 @@ impl Call {
             }) => {
                 self.cmd.arg("");
             }
-            Some(_) => {
-                self.cmd.arg(format!("{:032x}", fastrand::u128(..)));
+            Some(Once { id, .. }) => {
+                let id = id.unwrap_or_else(|| fastrand::u128(..));
+                self.cmd.arg(format!("{id:032x}"));
             }
             None => {}
         }
@@ -235,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_call_names_its_keys_before_its_arguments() {
-        let script = Script::new("return 1", "return 2", false);
+        let script = Script::new("return 1", "return 2", Logged::Never);
         let plain = By::hash(Publish::Plain);
         assert_eq!(
             script.hash(Publish::Plain),
@@ -270,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_call_run_once_carries_its_request_log_and_an_id() {
-        let script = Script::new("return 1", "return 2", true);
+        let script = Script::new("return 1", "return 2", Logged::Sharded);
         let write = |by| {
             let mut call = script.call(by, 2);
             call.key("p:{n}").key("p:{n}:fence").arg(7);
@@ -299,5 +329,13 @@ mod tests {
         // One server does not re-send: the plain form has neither.
         let plain = args(&write(By::hash(Publish::Plain)));
         assert_eq!(plain[2..], ["2", "p:{n}", "p:{n}:fence", "7"]);
+        // A script logged in both forms: the plain form has both too, and a given id is kept.
+        let both = Script::new("return 1", "return 2", Logged::Always);
+        let mut call = both.call(By::hash(Publish::Plain), 1);
+        call.key("p:{n}").arg(7).request_id(Some(0xab));
+        assert_eq!(
+            args(&call.into_cmd())[2..],
+            ["2", "p:{n}", "p:{n}:once", "7", &format!("{:032x}", 0xab)]
+        );
     }
 }

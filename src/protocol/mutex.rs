@@ -58,6 +58,8 @@ pub(crate) struct Acquire<'a> {
     /// may pass to its own waiters): the grant's token and the ones after it, up to
     /// [`BLOCK_SPAN`] past the floor (the answer says where the block ends).
     pub(crate) tokens: u32,
+    /// The call's request id where it runs once per request (`None`: a new one).
+    pub(crate) request: Option<u128>,
 }
 
 impl Request for Acquire<'_> {
@@ -79,6 +81,7 @@ impl Request for Acquire<'_> {
         if self.claim.repeats_safely() {
             call.repeatable();
         }
+        call.request_id(self.request);
         call
     }
 

@@ -89,6 +89,8 @@ pub(crate) struct Acquire<'a> {
     pub(crate) claim: Claim,
     /// The client id, which the waiter's queue member starts with.
     pub(crate) client: &'a str,
+    /// The call's request id where it runs once per request (`None`: a new one).
+    pub(crate) request: Option<u128>,
 }
 
 impl Request for Acquire<'_> {
@@ -113,6 +115,7 @@ impl Request for Acquire<'_> {
         if self.claim.repeats_safely() {
             call.repeatable();
         }
+        call.request_id(self.request);
         call
     }
 

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 #[cfg(test)]
 use crate::backend::Publish;
-use crate::backend::Script;
+use crate::backend::{Logged, Script};
 
 /// The key-layout version these scripts read and write (the `v1` of `lua/v1/`).
 #[cfg(test)]
@@ -16,8 +16,10 @@ pub(crate) const LAYOUT_VERSION: u32 = 1;
 /// first where it has one: `calls_lib.lua` runs a command over any number of arguments and tells
 /// queued waiters on their clients' channels, `keys_lib.lua` recognises foreign data,
 /// `queue_lib.lua` is the queue machinery). Two forms: `PUBLISH` for one server, `SPUBLISH` for
-/// Redis Cluster. A script marked `once` changes hold counts: its cluster form runs its files as `main` through
-/// `once_lib.lua`, once per request id.
+/// Redis Cluster. A script marked `once` changes hold counts: its cluster form runs its files
+/// as `main` through `once_lib.lua`, once per request id (the cluster client re-sends a request
+/// whose reply it lost). One marked `logged` (the acquisitions) does so in both forms: a wait
+/// asks again after a lost answer on any server.
 macro_rules! script {
     ($name:ident, $($file:literal),+) => {
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
@@ -30,7 +32,26 @@ macro_rules! script {
                     "local PUBLISH = 'SPUBLISH'\n",
                     $(include_str!(concat!("../../lua/v1/", $file))),+
                 ),
-                false,
+                Logged::Never,
+            )
+        });
+    };
+    (logged $name:ident, $($file:literal),+) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(
+                concat!(
+                    "local PUBLISH = 'PUBLISH'\nlocal function main()\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+,
+                    "end\n",
+                    include_str!("../../lua/v1/once_lib.lua"),
+                ),
+                concat!(
+                    "local PUBLISH = 'SPUBLISH'\nlocal function main()\n",
+                    $(include_str!(concat!("../../lua/v1/", $file))),+,
+                    "end\n",
+                    include_str!("../../lua/v1/once_lib.lua"),
+                ),
+                Logged::Always,
             )
         });
     };
@@ -47,14 +68,14 @@ macro_rules! script {
                     "end\n",
                     include_str!("../../lua/v1/once_lib.lua"),
                 ),
-                true,
+                Logged::Sharded,
             )
         });
     };
 }
 
 script!(
-    once MUTEX_ACQUIRE,
+    logged MUTEX_ACQUIRE,
     "keys_lib.lua",
     "mutex_lib.lua",
     "mutex_acquire.lua"
@@ -73,7 +94,7 @@ script!(
     "mutex_confirm.lua"
 );
 script!(
-    once QUEUE_ACQUIRE,
+    logged QUEUE_ACQUIRE,
     "calls_lib.lua",
     "keys_lib.lua",
     "queue_acquire_fast.lua",
@@ -137,13 +158,13 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "a1df86c6d5f513488b578c38bec335ecc913ecb5",
-                "0c337476b7803824f086748798c46753dd952d72",
+                "7f6b263ad8981b353659ba487ebb1e9dbb050a4f",
+                "51576bd24229d65a438cc309e43ef16d7235a038",
             ),
             (
                 &*MUTEX_RELEASE,
                 "c27d033d79975288161a8315dec82192e38c18bc",
-                "d6c6a078a9fc80de2a95cc77b4c56438daf7007b",
+                "82376b509e308c6ab665d126d572d54e57ee863d",
             ),
             (
                 &*MUTEX_EXTEND,
@@ -157,13 +178,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "b934d0a584d0e58978317c6a8f2fe825d7c063d8",
-                "d2e38b9993d3a1a0399e7f075ae0a6d198b766b2",
+                "24c6c1a163ce4535f5ca020943a9084cd03ea06e",
+                "369dcb95c72857eb172a3f0fbdf39ef120f39a8e",
             ),
             (
                 &*QUEUE_RELEASE,
                 "4a30685d1c7127abd1dd396f202d07b57b4a0778",
-                "64451303263a1ad0f32b0155f86a1ac3505dd97f",
+                "9c3d8b3fd202d6b33b7f8ed75ffd960ed3a22b54",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -279,6 +279,7 @@ impl Semaphore {
             owner: OwnerToken::new(),
             claim: Claim::New,
             tokens: 1,
+            request: None,
         };
         let attempt = self.engine.try_acquire(ask).await?;
         Ok(attempt.acquired().map(|held| SemaphorePermit::new(held, n)))
@@ -351,6 +352,7 @@ impl Semaphore {
             owner: OwnerToken::new(),
             claim: Claim::New,
             tokens: 1,
+            request: None,
         };
         let held = self.engine.acquire(ask, timeout).await?;
         Ok(SemaphorePermit::new(held, n))
