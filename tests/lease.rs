@@ -246,7 +246,8 @@ async fn a_guard_lost_at_its_deadline_is_still_released_when_dropped() {
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            // What makes the case: the renewals that reached Redis hold the name on.
+            // What makes the case: the renewals that reached Redis hold the name on. (Both
+            // holds are one string whose TTL is the lease: the fair mutex's uncontended form.)
             assert!(pttl > 1500, "{name}: {pttl} ms left in Redis when lost");
             left.push(Duration::from_millis(u64::try_from(pttl).unwrap()));
         }

@@ -719,3 +719,86 @@ async fn every_logged_request_is_kept_for_the_whole_window() {
     })
     .await;
 }
+
+/// `queue_acquire` (its fast path first, as a client sends it) of the fair mutex at `key` for
+/// `owner` of `client`, with `claim`, a lease and a grace (the first term of a hold handed
+/// over; 0: do not queue) in ms: the reply's status and its second field.
+async fn fair_acquire(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    (owner, client): (&str, &str),
+    claim: &str,
+    (lease, grace): (u64, u64),
+) -> (i64, i64) {
+    let mut call = QueueScript::Acquire.script().prepare_invoke();
+    for k in ["", ":holders", ":queue", ":fence"] {
+        call.key(format!("{key}{k}"));
+    }
+    call.arg("fair:1")
+        .arg("x")
+        .arg(owner)
+        .arg(1)
+        .arg(0)
+        .arg(lease)
+        .arg(grace)
+        .arg(60_000)
+        .arg(format!("{key}:wake"))
+        .arg(claim)
+        .arg(client);
+    let reply: Vec<redis::Value> = call.invoke_async(conn).await.unwrap();
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
+    (int(&reply[0]), reply.get(1).map_or(0, int))
+}
+
+/// Found by review: a queued primitive's keys expired at the latest lease end rounded up to the
+/// next second, so when a holder died with its lease ending just before a whole second, the
+/// queue went with it 1 ms later; a waiter whose timer fired after that (by its jitter) found
+/// nothing, and took the name ahead of the waiters queued before it. The keys now outlive the
+/// last lease by 2 s before the rounding.
+#[tokio::test]
+async fn a_dead_holders_waiters_keep_their_order_after_its_lease() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        let mut conn = redis.conn().await;
+        let key = redis.lock_key("linger");
+        // A holder whose lease ends 10 ms before a whole second of the server's clock, and
+        // which then dies (never releases).
+        let now_ms = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            / 1000;
+        let lease = 1_000 + (1_990 - (now_ms + 1_000) % 1_000) % 1_000;
+        let (status, _) = fair_acquire(&mut conn, &key, ("h", "dead"), "new", (lease, 0)).await;
+        assert_eq!(status, 1);
+        let queue = |owner| (owner, owner);
+        let (first, wait) =
+            fair_acquire(&mut conn, &key, queue("w1"), "new", (30_000, 30_000)).await;
+        assert_eq!(first, 0, "queued behind the holder");
+        let (second, _) = fair_acquire(&mut conn, &key, queue("w2"), "new", (30_000, 30_000)).await;
+        assert_eq!(second, 0);
+        // The second waiter asks again first, 150 ms after the lease ended (time is the point:
+        // the keys' expiry).
+        tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap() + 150)).await;
+        let (late, _) =
+            fair_acquire(&mut conn, &key, queue("w2"), "queued", (30_000, 30_000)).await;
+        assert_eq!(
+            late, 0,
+            "the second waiter took the name ahead of the first"
+        );
+        let (head, _) =
+            fair_acquire(&mut conn, &key, queue("w1"), "queued", (30_000, 30_000)).await;
+        assert_eq!(
+            head, 1,
+            "the first waiter holds: the dead holder's lease went to it"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(format!("{key}:holders"))
+            .arg(format!("{key}:queue"))
+            .arg(format!("{key}:fence"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    })
+    .await;
+}

@@ -11,6 +11,17 @@
 -- (the layout before kept it as a string holding a decimal number: read as well, and carried
 -- over to the sorted set by the scripts that write it).
 
+-- How long a queued primitive's keys outlive the latest lease end, in ms, before the expiry is
+-- rounded up to the next whole second. Waiters are told to ask again when a lease ends (plus
+-- their jitter and a round trip, or a poll of up to a second while push is down): a holder that
+-- died must not take the queue with it, and its waiters their order.
+local QUEUE_LINGER_MS = 2000
+
+-- The expiry (server ms) of a queued primitive's keys whose latest lease ends at `top`.
+local function queue_expiry(top)
+  return (math.floor((top + QUEUE_LINGER_MS) / 1000) + 1) * 1000
+end
+
 -- Checks `key` (KEYS[i] of the calling script) against what redlatch keeps there: a sorted set
 -- carrying `~`. Returns nil when the key is absent or ours, else the error reply {-1, type, i}.
 local function foreign(key, i)

@@ -44,11 +44,11 @@ do
       end
     end
     if fenced then
-      -- The lease's end in ms by the server clock, and the keys' expiry: the next whole second
-      -- after it. The fields are written in one HSET, without building a table.
+      -- The lease's end in ms by the server clock, and the keys' expiry (keys_lib's
+      -- queue_expiry). The fields are written in one HSET, without building a table.
       local owner = ARGV[3]
       local ends = secs * 1000 + (micros - micros % 1000) / 1000 + tonumber(ARGV[6])
-      local at = ends - ends % 1000 + 1000
+      local at = queue_expiry(ends)
       if op == 'x' or op == 'w' then
         redis.call('HSET', KEYS[1], '~layout', ARGV[1], '~cap', cap or 0, '~next', ends,
                    '~exp', at, '~used', 0, '~writer', owner, '~wholds', 1, '~wfence', token,
@@ -117,9 +117,9 @@ do
               fence_raise(KEYS[4], token, ARGV[8])
             end
             local exp = tonumber(m[7]) or 0
-            if ends > exp then
-              -- The keys live until the latest lease end, rounded up to the next second.
-              local at = (math.floor(ends / 1000) + 1) * 1000
+            local at = queue_expiry(ends)
+            if at > exp then
+              -- The keys live past the latest lease end (keys_lib's queue_expiry).
               fields[#fields + 1] = '~exp'
               fields[#fields + 1] = at
               redis.call('PEXPIREAT', KEYS[1], at)

@@ -44,8 +44,8 @@ local function renew(k, a, layout, what, owner)
   end
   -- A later lease end never lowers ~next; it may push the keys' expiry.
   local exp = s.exp
-  if status == 1 and d > exp then
-    exp = (math.floor(d / 1000) + 1) * 1000
+  if status == 1 and queue_expiry(d) > exp then
+    exp = queue_expiry(d)
     fields[#fields + 1] = '~exp'
     fields[#fields + 1] = exp
   end

@@ -94,7 +94,7 @@ local function inflate(s, one, mine)
     return bad
   end
   local ends = now_ms(redis.call('TIME')) + math.max(redis.call('PTTL', s.m), 1)
-  local at = (math.floor(ends / 1000) + 1) * 1000
+  local at = queue_expiry(ends)
   -- A sorted set left without the meta hash that described it means nothing.
   redis.call('DEL', s.m, s.h, s.q)
   if one.op == 'x' or one.op == 'w' then
@@ -428,8 +428,9 @@ local function tell_sooner(s)
 end
 
 -- Writes the state back and returns `reply`. Nobody holding or waiting deletes the keys (and
--- keeps the last token in the fence key); otherwise every key lives until the latest lease end,
--- rounded up to the next whole second, so most calls leave the expiry as it is. A pushed expiry
+-- keeps the last token in the fence key); otherwise every key lives until a little after the
+-- latest lease end, rounded up to the next whole second (keys_lib's queue_expiry), so most
+-- calls leave the expiry as it is. A pushed expiry
 -- goes onto every key of the name, the holders key too while it holds only `~` (the shared
 -- holders it gets later must not go before their leases). A call that wrote nothing creates
 -- nothing.
@@ -454,8 +455,8 @@ local function finish(s, reply)
     put(s, '~used', num(s, '~used'))
   end
   local keys, at = s.fresh, s.exp
-  if s.top > s.exp then
-    at = (math.floor(s.top / 1000) + 1) * 1000
+  if s.top > 0 and queue_expiry(s.top) > s.exp then
+    at = queue_expiry(s.top)
     put(s, '~exp', at)
     keys = {[s.m] = true, [s.h] = true, [s.q] = true}
   end

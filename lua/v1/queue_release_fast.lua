@@ -38,13 +38,13 @@ do
     if bad then return nil end
     return last or us + 999999
   end
-  -- The keys live until the latest lease end, rounded up to the next second: when `top` ends
-  -- past `~exp` (m[8]), the new expiry goes into `fields` and onto every key (the holders key
-  -- too when it holds only `~`: shared holders it gets later must not go before their leases).
-  -- Returns whether it did.
+  -- The keys live past the latest lease end (keys_lib's queue_expiry): when that puts their
+  -- expiry past `~exp` (m[8]), the new expiry goes into `fields` and onto every key (the
+  -- holders key too when it holds only `~`: shared holders it gets later must not go before
+  -- their leases). Returns whether it did.
   local function expire(m, top, fields)
-    if top <= (tonumber(m[8]) or 0) then return false end
-    local at = (math.floor(top / 1000) + 1) * 1000
+    local at = queue_expiry(top)
+    if top <= 0 or at <= (tonumber(m[8]) or 0) then return false end
     fields[#fields + 1], fields[#fields + 2] = '~exp', at
     redis.call('PEXPIREAT', KEYS[1], at)
     redis.call('PEXPIREAT', KEYS[2], at)

@@ -158,8 +158,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "7f6b263ad8981b353659ba487ebb1e9dbb050a4f",
-                "51576bd24229d65a438cc309e43ef16d7235a038",
+                "7eea293a8efd07dc930dfdaf6c318c2af873c1e0",
+                "979fdc7303324db6d2830f54ffb01ec32b3d5b69",
             ),
             (
                 &*MUTEX_RELEASE,
@@ -173,33 +173,33 @@ mod tests {
             ),
             (
                 &*MUTEX_CONFIRM,
-                "c18a08acfa0b9058934bebe46dc1cd14e129a7bd",
-                "67a8cb58effe732be4794c738d99ed8a32c7ff0e",
+                "06324da852602a2b51c90266c3ace38a454a1543",
+                "4bd92258a2f38a71abb89569b4c9258bf793ed5c",
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "24c6c1a163ce4535f5ca020943a9084cd03ea06e",
-                "369dcb95c72857eb172a3f0fbdf39ef120f39a8e",
+                "fe00a57ef64ae2c17357dd61bdb2f796869e0ba2",
+                "79aa491eab28d2b39643e13e74d1e9982c3c9034",
             ),
             (
                 &*QUEUE_RELEASE,
-                "4a30685d1c7127abd1dd396f202d07b57b4a0778",
-                "9c3d8b3fd202d6b33b7f8ed75ffd960ed3a22b54",
+                "2864aecd78f2805f9e18ecac5eeb2191dfa64c77",
+                "517827dee8357c9f2162d12d14c40cefeca4f43b",
             ),
             (
                 &*QUEUE_EXTEND,
-                "33138e96ce1c74c5357c2472248c21873c5ad4f0",
-                "d316a7497c0795fd025c2de74df9ef177dfd1ea5",
+                "55b497d7474629f39af7a1de08842d0983b8af61",
+                "6fd22452a6b0383dbd10fcf098761d01c071437b",
             ),
             (
                 &*INSPECT,
-                "c65466c70699e889c81971709fd8f5ecca989759",
-                "aba61205701deca2ca7f6b9d1cdbe43d83b495b1",
+                "329749d11940c3553c1f619f0a62fa91e27c2ac2",
+                "3d68536c7a2830684b98bbb2163ffc6abc2e8f5a",
             ),
             (
                 &*FORCE_UNLOCK,
-                "af524993655d850ba207e89d77e3f905614f7e41",
-                "0110bd7bf9881b5fc8375afe9ddd97e5d4f211ec",
+                "6c2f116c27fbd979dd4a3aef54351e6f2d7478b5",
+                "bd162a6efa5b5e195687321436aca9cd671f2e86",
             ),
             (
                 &*ELECT_PROCLAIM,
