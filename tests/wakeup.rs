@@ -317,3 +317,47 @@ async fn a_hand_over_reaches_only_the_client_of_the_waiter_it_names() {
     })
     .await;
 }
+
+/// Found by review: a subscription connection that goes silent without closing (a NAT or load
+/// balancer that forgot it, a host gone, a server that hangs) was never noticed while its
+/// channels stayed in use: every release went unheard, and a waiter got the lock only at its
+/// fallback timer, the holder's lease end. The subscription now asks for a `PING` every 10 s
+/// while channels are wanted, and connects again when none comes back.
+#[tokio::test]
+async fn a_subscription_gone_silent_is_noticed_and_its_waiters_poll() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let upstream = redis.url.trim_start_matches("redis://").parse().unwrap();
+        let proxy = redlatch_harness::proxy::Proxy::start(upstream)
+            .await
+            .unwrap();
+        // Requests straight to the server; the subscription through the proxy.
+        let cut = redlatch::LockClient::builder(redis.pool(), proxy.url().as_str())
+            .key_prefix(&redis.prefix)
+            .build()
+            .unwrap();
+        // A lease long enough that the waiter's fallback timer cannot be what lets it in.
+        let holder = redis
+            .builder()
+            .default_lease(Duration::from_secs(50))
+            .build()
+            .unwrap();
+        let guard = holder.mutex("deaf").unwrap().lock().await.unwrap();
+        let m = cut.mutex("deaf").unwrap();
+        // Its fallback timer is set for the holder's lease end, 50 s on: a wait of 30 s ends
+        // in a timeout unless a release is heard of some other way.
+        let waiting = tokio::spawn(async move { m.lock_timeout(Duration::from_secs(30)).await });
+        subscribed(&redis, "deaf").await;
+        redis.marked("deaf").await;
+        // The subscription goes silent, its connection open; then the holder releases.
+        proxy.set(redlatch_harness::proxy::Mode::Blackhole);
+        guard.unlock().await.unwrap();
+        let got = waiting
+            .await
+            .unwrap()
+            .expect("the waiter got the lock before its fallback timer");
+        got.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

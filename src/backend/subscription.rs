@@ -24,6 +24,13 @@ const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// Sentinel names (which a failover is expected to change within seconds).
 const RETRY_MAX: Duration = Duration::from_secs(1);
 const RETRY_MAX_SENTINEL: Duration = Duration::from_millis(250);
+/// How often the connection is asked for a `PING` while any channel is wanted, and how long
+/// its answer may take. A connection dropped without a word (a NAT or a load balancer that
+/// forgot it, a host gone) or a server that hangs would otherwise leave every waiter of this
+/// client deaf, each hand-over to it waiting for its fallback timer (the holder's lease),
+/// until some new channel's `SUBSCRIBE` failed.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+const HEARTBEAT_ANSWER: Duration = Duration::from_secs(2);
 
 /// What the subscription tells, and asks, the waiter registry.
 pub(crate) trait Listener: Send + Sync + 'static {
@@ -142,10 +149,19 @@ async fn run(
         // requests, queued, subscribe them.
         listener.connected(&names);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = lost.recv() => break,
+                _ = heartbeat.tick() => {
+                    if !listener.channels().is_empty() && !alive(&mut conn).await {
+                        tracing::debug!("the wake-up subscription did not answer a PING");
+                        break;
+                    }
+                }
                 name = requests.recv() => {
                     let Some(name) = name else { return };
                     if listener.wants(&name) {
@@ -170,6 +186,15 @@ async fn run(
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         listener.disconnected();
     }
+}
+
+/// Whether the connection answers a `PING` in time (RESP3: allowed while subscribed).
+async fn alive(conn: &mut redis::aio::MultiplexedConnection) -> bool {
+    let ping = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(HEARTBEAT_ANSWER, ping.query_async::<()>(conn)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// Waits `retry` before the next try, and doubles it up to `max`; false if the subscription
