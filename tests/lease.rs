@@ -274,6 +274,42 @@ async fn a_guard_lost_at_its_deadline_is_still_released_when_dropped() {
     .await;
 }
 
+/// Found by review: a background release that could not be sent (no connection) was tried
+/// three times in 140 ms and then given up, so a blip of the network or the server longer than
+/// that left every guard dropped meanwhile holding its name for the rest of its lease. It is
+/// now tried again, with backoff, until the hold's lease would have run out anyway.
+#[tokio::test]
+async fn a_release_dropped_during_an_outage_goes_out_once_the_server_is_back() {
+    // Our own server: the proxy cuts this client off from it.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder
+            .default_lease(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let guard = cut.mutex("outage").unwrap().lock().await.unwrap();
+        // The client's connection is lost with a reply, and no new one gets through.
+        proxy.lose_next_reply_then(Mode::Refuse);
+        assert!(guard.extend(Duration::from_secs(20)).await.is_err());
+        drop(guard);
+        // The outage (time is the point): a second, far longer than the old retries.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        proxy.set(Mode::Pass);
+        // Freed by the release, long before the 20 s lease would run out.
+        let next = other
+            .mutex("outage")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(10))
+            .await
+            .expect("the name is still taken: the release was given up");
+        next.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_guard_whose_hold_is_gone_cannot_reenter() {
     let redis = TestRedis::new();

@@ -5,15 +5,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::{FreeNames, Hold};
 use crate::backend::{Backend, Request, Want};
 use crate::config::{FENCE_TTL, millis};
 use crate::error::{Error, Result};
 use crate::protocol::{Family, mutex, queue};
+use crate::time::after;
 
-/// Starts the release queue: holds sent to it are released, each in a task of its own (a
-/// pool out of connections is waited for a little), until every sender is gone.
+/// The least time a background release that could not be sent (no connection) is tried again
+/// for, even for a hold whose lease this process counts as over (one lost at its deadline may
+/// be held in Redis longer), and the longest pause between two tries.
+const RETRY_AT_LEAST: Duration = Duration::from_secs(1);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Starts the release queue: holds sent to it are released, each in a task of its own, until
+/// every sender is gone. A release that could not be sent (no connection: a blip of the network
+/// or the server) is tried again, with backoff, until the hold's lease would have run out in
+/// Redis anyway, so that a short outage does not leave every hold let go meanwhile taken for
+/// the rest of its lease.
 pub(super) fn spawn(
     backend: Arc<Backend>,
     free: Arc<FreeNames>,
@@ -31,12 +42,15 @@ async fn run(
     while let Some(hold) = jobs.recv().await {
         let (backend, free) = (Arc::clone(&backend), Arc::clone(&free));
         tokio::spawn(async move {
-            for attempt in 0..3u32 {
+            let until = hold.expires_at().max(after(Instant::now(), RETRY_AT_LEAST));
+            let mut pause = Duration::from_millis(20);
+            loop {
                 match release(&backend, &free, &hold).await {
                     Ok(_) => return,
-                    Err(Error::Pool(err)) => {
-                        tracing::debug!(lock = %hold.name, attempt, error = %err, "release waits for a connection");
-                        tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                    Err(Error::Pool(err)) if after(Instant::now(), pause) < until => {
+                        tracing::debug!(lock = %hold.name, error = %err, "release waits for a connection");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(RETRY_PAUSE_MAX);
                     }
                     Err(Error::NotHeld { .. }) => {
                         tracing::debug!(lock = %hold.name, "nothing to release: the hold or queue place was already gone");

@@ -21,7 +21,9 @@ use crate::token::OwnerToken;
 /// # Drop
 ///
 /// Dropping the guard releases its hold in the background (the client's release queue), which
-/// needs the tokio runtime the client runs on; if that is gone, the lease runs out instead.
+/// needs the tokio runtime the client runs on; if that is gone, the lease runs out instead. A
+/// release that cannot be sent (no connection) is tried again, with backoff, until the lease
+/// would have run out anyway.
 /// Call [`unlock`](Self::unlock) to release now and see the outcome. A plain mutex's hold may
 /// instead pass to the next task of this client waiting for the name, with no round trip (see
 /// [`LocalHandoff`](crate::LocalHandoff)).
