@@ -330,11 +330,15 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
             let waiting = {
                 let cut = cut.clone();
                 let name = name.to_owned();
+                // A fixed lease: what the guard counts on is all it has.
+                let lease = Duration::from_secs(5);
                 tokio::spawn(async move {
                     if fair {
-                        cut.fair_mutex(&name).unwrap().lock_as(&owner).await
+                        let fair = cut.fair_mutex(&name).unwrap().with_lease(lease).unwrap();
+                        fair.lock_as(&owner).await
                     } else {
-                        cut.mutex(&name).unwrap().lock_as(&owner).await
+                        let plain = cut.mutex(&name).unwrap().with_lease(lease).unwrap();
+                        plain.lock_as(&owner).await
                     }
                 })
             };
@@ -345,6 +349,13 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
             proxy.set(Mode::Pass);
             let guard = waiting.await.unwrap().unwrap();
             assert_eq!(holds(&other, name).await, 1, "{name}: one guard, one hold");
+            // The grant it was answered with is the first run's: the guard counts its lease
+            // from no later than Redis does (found by review: it counted from the second send).
+            let left = lease_left(&redis, name, fair).await;
+            assert!(
+                guard.valid_until() <= std::time::Instant::now() + left,
+                "{name}: the guard counts on its hold past the lease left in Redis ({left:?})"
+            );
             guard.unlock().await.unwrap();
             let next = if fair {
                 other.fair_mutex(name).unwrap().try_lock().await.unwrap()
@@ -358,4 +369,31 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
         }
     })
     .await;
+}
+
+/// What is left of the exclusive hold of `name` in Redis: the lock's TTL (a plain mutex), or
+/// its lease end in the meta hash by the server's clock (a fair mutex, whose keys outlive it).
+async fn lease_left(redis: &TestRedis, name: &str, fair: bool) -> Duration {
+    let mut conn = redis.conn().await;
+    let key = redis.lock_key(name);
+    let ms: i64 = if fair {
+        let ends: i64 = redis::cmd("HGET")
+            .arg(&key)
+            .arg("~wexp")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let now = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            / 1000;
+        ends - i64::try_from(now).unwrap()
+    } else {
+        redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    };
+    Duration::from_millis(u64::try_from(ms).unwrap())
 }

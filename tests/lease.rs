@@ -310,6 +310,72 @@ async fn a_release_dropped_during_an_outage_goes_out_once_the_server_is_back() {
     .await;
 }
 
+/// Found by review: a carried owner's hold lost at its deadline was released when dropped, and
+/// a release finds its hold by the owner: if that owner had taken the name again meanwhile
+/// (another `lock_as`), the drop freed the new hold, whose guard still said held. Only a hold
+/// whose owner token is its own is released once lost at its deadline.
+#[tokio::test]
+async fn a_lapsed_carried_hold_leaves_the_owners_newer_hold_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let other = redis.client();
+        let owner = redlatch::OwnerToken::new();
+        let short = client
+            .mutex("carried-lapse")
+            .unwrap()
+            .with_lease(LEASE)
+            .unwrap();
+        let first = short.lock_as(&owner).await.unwrap();
+        // Its fixed lease runs out: lost at its deadline, and gone in Redis.
+        first.lost().await;
+        let key = redis.lock_key("carried-lapse");
+        let conn = redis.conn().await;
+        support::until(|| {
+            let mut conn = conn.clone();
+            let key = key.clone();
+            async move {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                n == 0
+            }
+        })
+        .await;
+        let second = client
+            .mutex("carried-lapse")
+            .unwrap()
+            .lock_as(&owner)
+            .await
+            .unwrap();
+        // A release of the first, were one sent, would go out with this one's, just before it.
+        let marker = client.mutex("marker").unwrap().lock().await.unwrap();
+        drop(first);
+        drop(marker);
+        support::until(|| async {
+            let free = other.mutex("marker").unwrap().try_lock().await.unwrap();
+            free.is_some()
+        })
+        .await;
+        assert!(second.is_held());
+        let taken = other
+            .mutex("carried-lapse")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap();
+        assert!(
+            taken.is_none(),
+            "the owner's newer hold was freed by the old one's drop"
+        );
+        second.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_guard_whose_hold_is_gone_cannot_reenter() {
     let redis = TestRedis::new();

@@ -16,6 +16,9 @@
 --              request that may run twice with the effect of once (an acquisition for a
 --              fresh owner finds its own hold the second time): the log is not used
 -- Both are removed from KEYS and ARGV before `main` runs, so the script sees its own.
+-- Only a reply whose status is above 0 is logged: a grant or a release, which must not happen
+-- twice. A refusal (busy, queued, not held, foreign data) changed no hold count, and a repeat
+-- runs again, answering from the state as it is then rather than as it was.
 -- returns: what `main` returns, or what it returned the first time for this request id. A log
 --          key holding data redlatch did not write (any other type, or a hash without the
 --          mark) is left alone and not used.
@@ -35,6 +38,9 @@ elseif once_kind ~= 'none' then
   return main()
 end
 local reply = main()
+if type(reply) ~= 'table' or not (tonumber(reply[1]) and tonumber(reply[1]) > 0) then
+  return reply
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local drawn = redis.call('HRANDFIELD', once_key, 3, 'WITHVALUES')

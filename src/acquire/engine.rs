@@ -17,7 +17,7 @@ use crate::key::LockKeys;
 use crate::lease::{Held, Hold, Lease};
 use crate::meter;
 use crate::protocol::take::{Fence, Take, Taken};
-use crate::protocol::{Answer, Claim, Family, Op, mutex, queue};
+use crate::protocol::{Answer, Claim, Family, Op, foreign, mutex, queue};
 use crate::time::after;
 use crate::token::OwnerToken;
 
@@ -31,13 +31,32 @@ pub(crate) struct Ask {
     pub(crate) owner: OwnerToken,
     pub(crate) claim: Claim,
     pub(crate) tokens: u32,
-    /// The id its script call carries where it runs once per request (see `once_lib.lua`):
-    /// the same as the last attempt's when that one's answer was lost, so that a script that
-    /// ran already answers from its log rather than adding a hold again; `None`: a new one.
-    pub(crate) request: Option<u128>,
+    /// The id its script call carries where it runs once per request (see `once_lib.lua`);
+    /// `None`: a new one.
+    pub(crate) request: Option<RequestId>,
+}
+
+/// A request id that an attempt's script call carries, and whether the attempt sends again a
+/// request whose answer was lost (`again`): a script that ran already then answers from its
+/// log rather than adding a hold a second time, and a grant may be that first run's, whose
+/// lease counted from a moment this process does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestId {
+    pub(crate) id: u128,
+    pub(crate) again: bool,
 }
 
 impl Ask {
+    /// The id its script call carries (`None`: a new one).
+    pub(crate) fn request_id(&self) -> Option<u128> {
+        self.request.map(|r| r.id)
+    }
+
+    /// It sends again a request whose answer was lost.
+    pub(crate) fn is_again(&self) -> bool {
+        self.request.is_some_and(|r| r.again)
+    }
+
     /// One unit of `op` for `owner`.
     pub(crate) fn one(op: Op, owner: OwnerToken, claim: Claim) -> Self {
         Self {
@@ -284,6 +303,8 @@ impl Engine {
         if held.hold().is_lost() {
             return Err(held.not_held());
         }
+        // Its owner now has another hold.
+        held.share();
         match self
             .attempt(Ask::one(op, held.owner, Claim::Again), None)
             .await?
@@ -403,7 +424,8 @@ impl Engine {
     ) -> Held {
         let hold = self
             .hold(ask.op, owner, self.lease, sent_at)
-            .with_value(value);
+            .with_value(value)
+            .owned(ask.claim.is_fresh());
         Held {
             owner: ask.owner,
             fence,
@@ -463,12 +485,14 @@ impl Engine {
             floor: floor.unwrap_or(0),
             waiters,
             tokens: ask.tokens,
-            request: ask.request,
+            request: ask.request_id(),
         };
         let sent_at = Instant::now();
         let (answer, acks) = self.send_noted(&request, ask, sent_at, true).await?;
+        let Some(sent_at) = self.counted_from(ask, &owner, &answer, sent_at).await? else {
+            return Ok(Attempt::Busy(None));
+        };
         Ok(match answer {
-            Answer::Granted { .. } if self.too_late(sent_at) => return Err(late_answer()),
             Answer::Granted { fence, last, .. } => {
                 let value = (!waiters).then(|| mutex::value(fence, false, &owner));
                 let mut held = self.held(ask, owner, fence, sent_at, value);
@@ -583,6 +607,41 @@ impl Engine {
                 held.block = last;
                 Some(Ok(Attempt::Acquired(held)))
             }
+        }
+    }
+
+    /// When the lease of what `answer` (to a request for `ask` sent at `sent_at`) granted
+    /// counts from: `sent_at`, or for a request sent again, whose grant may be the logged
+    /// answer of its first run (its lease counting from a moment unknown here), the sending of
+    /// a renewal of the owner's hold that confirmed it; `None` if that renewal found the hold
+    /// gone (the grant ran out meanwhile: nothing is held, ask again). A grant that came after
+    /// the lease it grants would have run out is [`late_answer`].
+    pub(super) async fn counted_from(
+        &self,
+        ask: Ask,
+        owner: &str,
+        answer: &Answer,
+        sent_at: Instant,
+    ) -> Result<Option<Instant>> {
+        if !matches!(answer, Answer::Granted { .. }) {
+            return Ok(Some(sent_at));
+        }
+        if !ask.is_again() {
+            if self.too_late(sent_at) {
+                return Err(late_answer());
+            }
+            return Ok(Some(sent_at));
+        }
+        let renewed = Instant::now();
+        let hold = self.hold(ask.op, owner.to_owned(), self.lease, renewed);
+        let ms = millis(self.lease);
+        let statuses = crate::lease::release::extend(self.core.tasks.backend(), &[(&hold, ms)])
+            .await?
+            .statuses;
+        match statuses.first().copied().unwrap_or_default() {
+            1 => Ok(Some(renewed)),
+            status if status < 0 => Err(foreign(&self.keys.lock, status, self.family.layout())),
+            _ => Ok(None),
         }
     }
 

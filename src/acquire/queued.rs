@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 
 use tokio::time::Instant;
 
-use super::engine::late_answer;
 use super::{Ask, Attempt, Engine};
 use crate::config::{FENCE_TTL, MAX_LEASE, lease_ms, millis};
 use crate::error::Result;
@@ -104,12 +103,14 @@ pub(super) async fn run(
         fence_ttl_ms: millis(FENCE_TTL),
         claim: ask.claim,
         client: &core.id,
-        request: ask.request,
+        request: ask.request_id(),
     };
     let sent_at = Instant::now();
     let (answer, acks) = engine.send_noted(&request, ask, sent_at, false).await?;
+    let Some(sent_at) = engine.counted_from(ask, &owner, &answer, sent_at).await? else {
+        return Ok(Attempt::Busy(None));
+    };
     match answer {
-        Answer::Granted { .. } if engine.too_late(sent_at) => Err(late_answer()),
         Answer::Granted { fence, .. } => {
             if let Some(lease) = place.as_deref().and_then(|p| take(p).take()) {
                 // Redis removed the place when it granted the hold.
@@ -145,7 +146,9 @@ pub(super) async fn run(
 /// `granted_after` (the waiter's last attempt that found it still waiting): the local estimate
 /// of its end counts from there, however late the message came.
 pub(super) fn handed(engine: &Engine, ask: Ask, grant: Grant, granted_after: Instant) -> Held {
-    let hold = engine.hold(ask.op, ask.owner.as_field(), engine.lease, granted_after);
+    let hold = engine
+        .hold(ask.op, ask.owner.as_field(), engine.lease, granted_after)
+        .owned(ask.claim.is_fresh());
     hold.handed_until(after(
         granted_after,
         engine.core.config.drift.validity(grant.term),

@@ -85,7 +85,9 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         },
         waiters: engine.core.notifier.has_waiters(&engine.keys.wake),
         tokens: 1,
-        request: ask.request,
+        // A new id for every attempt: a Redlock grant's validity counts from the attempt's
+        // start over every node, which a logged answer of an earlier send would not follow.
+        request: None,
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::engine::RequestId;
 use super::queued::{self, Place, take};
 use super::{Ask, Attempt, Engine};
 use crate::config::Backoff;
@@ -144,7 +145,10 @@ impl Attempts<'_> {
                 .resend()
                 .take()
                 .filter(|(claim, _)| *claim == ask.claim);
-            ask.request = Some(resent.map_or_else(|| fastrand::u128(..), |(_, id)| id));
+            ask.request = Some(RequestId {
+                id: resent.map_or_else(|| fastrand::u128(..), |(_, id)| id),
+                again: resent.is_some(),
+            });
         }
         async move {
             crate::timeline::hop("attempt.sent");
@@ -152,8 +156,8 @@ impl Attempts<'_> {
             crate::timeline::hop("attempt.answered");
             if matches!(&result, Err(err) if err.is_lost_answer()) {
                 self.unanswered.store(true, Ordering::Relaxed);
-                if let Some(id) = ask.request {
-                    *self.resend() = Some((ask.claim, id));
+                if let Some(request) = ask.request {
+                    *self.resend() = Some((ask.claim, request.id));
                 }
             }
             result

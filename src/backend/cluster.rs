@@ -21,7 +21,7 @@ use redis::{ErrorKind, PushInfo, PushKind, ServerErrorKind, Value};
 use tokio::sync::{mpsc, watch};
 
 use super::Request;
-use super::script::{By, Publish, Script};
+use super::script::{By, Publish, Script, by_source};
 use super::slots::{Short, Slots};
 use super::subscription::{Listener, Requests, pause};
 use crate::error::Result;
@@ -158,7 +158,10 @@ impl Node {
     /// the cluster connection, with the same command.
     pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
         let by = By::hash(Publish::Sharded);
-        let mut cmd = request.call(by).into_cmd();
+        // The same command by source (`EVAL`) where a node lacks the script: with the same
+        // request id, so that a request that ran already on a node that had it is not run
+        // again where it answers from the request log.
+        let (mut cmd, source) = request.call(by).into_parts();
         let mut by_hash = true;
         if let Some(slot) = first_key_slot(&cmd) {
             match self.slots.send(slot, &cmd).await {
@@ -166,7 +169,7 @@ impl Node {
                 Short::Done(Err(err))
                     if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    cmd = request.call(by.source()).into_cmd();
+                    cmd = by_source(&cmd, source);
                     by_hash = false;
                 }
                 Short::Done(reply) => return reply.map_err(Into::into),
@@ -177,11 +180,7 @@ impl Node {
         self.slots.read_map(&conn);
         let reply = match cmd.query_async(&mut conn).await {
             Err(err) if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                request
-                    .call(by.source())
-                    .into_cmd()
-                    .query_async(&mut conn)
-                    .await
+                by_source(&cmd, source).query_async(&mut conn).await
             }
             other => other,
         };

@@ -80,8 +80,9 @@ impl By {
         }
     }
 
-    /// The same form by `EVAL`: from the source.
-    #[cfg_attr(not(any(test, feature = "cluster")), allow(dead_code))]
+    /// The same form by `EVAL`: from the source (a call sent by hash is turned into this
+    /// one with [`by_source`], which keeps its request id).
+    #[cfg(test)]
     pub(crate) const fn source(self) -> Self {
         Self {
             source: true,

@@ -73,8 +73,12 @@ pub(crate) struct Hold {
     /// Lost: never to be held again.
     lost: AtomicBool,
     /// Lost at its deadline, not by an answer: renewals may have reached Redis with their
-    /// answers lost, so Redis may hold it still, and letting it go still sends its release.
+    /// answers lost, so Redis may hold it still.
     lapsed: AtomicBool,
+    /// Its owner token is its own: made for its acquisition, and never read out nor re-entered
+    /// ([`Held::share`]), so that no other hold can have that owner and a release of it frees
+    /// no other. A hold lost at its deadline is released when let go only then.
+    own: AtomicBool,
     /// Which of the guards it passes through (local hand-off) has it: 0 for the first, one
     /// more at each let-go of a guard that could pass it.
     turn: AtomicU64,
@@ -115,6 +119,7 @@ impl Hold {
             value: None,
             lost: AtomicBool::new(false),
             lapsed: AtomicBool::new(false),
+            own: AtomicBool::new(false),
             turn: AtomicU64::new(0),
             signal: std::sync::OnceLock::new(),
             cohort: std::sync::OnceLock::new(),
@@ -153,15 +158,24 @@ impl Hold {
 
     /// Marks the hold lost at its deadline, with no answer from Redis saying it is gone: Redis
     /// may hold it still (renewals that reached it, their answers lost), so its guard's drop
-    /// still releases it. The release compares the owner, so it frees nobody else's hold.
+    /// still releases it if its owner is its own (a release finds the hold by its owner: one
+    /// carried to another acquisition could have taken the name again since, and would lose
+    /// that hold).
     pub(crate) fn mark_lapsed(&self) {
         self.lapsed.store(true, Ordering::SeqCst);
         self.mark_lost();
     }
 
-    /// Whether Redis may hold it still: not lost, or lost only at its deadline.
+    /// Its owner token was made for its acquisition (`own`: see [`Hold::own`]).
+    pub(crate) fn owned(self, own: bool) -> Self {
+        self.own.store(own, Ordering::SeqCst);
+        self
+    }
+
+    /// Whether its guard's drop releases it: it is not lost, or lost only at its deadline
+    /// (Redis may hold it still) with an owner token of its own.
     fn may_remain(&self) -> bool {
-        !self.is_lost() || self.lapsed.load(Ordering::SeqCst)
+        !self.is_lost() || (self.lapsed.load(Ordering::SeqCst) && self.own.load(Ordering::SeqCst))
     }
 
     /// Which guard has the hold now: 0 for the first, one more at each let-go of a guard that
@@ -475,8 +489,9 @@ impl Held {
     }
 
     /// The owner token may be used elsewhere (it was read, or re-entered): the hold is not
-    /// passed to another local owner any more.
+    /// passed to another local owner any more, nor released once lost at its deadline.
     pub(crate) fn share(&self) {
+        self.hold().own.store(false, Ordering::SeqCst);
         if let Some(baton) = &self.baton {
             baton.share();
         }

@@ -14,10 +14,12 @@ use crate::error::{Error, Result};
 use crate::protocol::{Family, mutex, queue};
 use crate::time::after;
 
-/// The least time a background release that could not be sent (no connection) is tried again
-/// for, even for a hold whose lease this process counts as over (one lost at its deadline may
-/// be held in Redis longer), and the longest pause between two tries.
+/// How long a background release that could not be sent (no connection) is tried again for:
+/// until the hold's lease would have run out, but for a second at least (one lost at its
+/// deadline may be held in Redis longer) and a minute at most (a waiter's place has no lease of
+/// its own); and the longest pause between two tries.
 const RETRY_AT_LEAST: Duration = Duration::from_secs(1);
+const RETRY_AT_MOST: Duration = Duration::from_secs(60);
 const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// Starts the release queue: holds sent to it are released, each in a task of its own, until
@@ -39,17 +41,27 @@ async fn run(
     free: Arc<FreeNames>,
     mut jobs: mpsc::UnboundedReceiver<Arc<Hold>>,
 ) {
+    // Dropped when the queue ends (the client and every guard are gone): releases still waiting
+    // for a connection then stop.
+    let (_open, closed) = tokio::sync::watch::channel(());
     while let Some(hold) = jobs.recv().await {
         let (backend, free) = (Arc::clone(&backend), Arc::clone(&free));
+        let mut closed = closed.clone();
         tokio::spawn(async move {
-            let until = hold.expires_at().max(after(Instant::now(), RETRY_AT_LEAST));
+            let now = Instant::now();
+            let until = hold
+                .expires_at()
+                .clamp(after(now, RETRY_AT_LEAST), after(now, RETRY_AT_MOST));
             let mut pause = Duration::from_millis(20);
             loop {
                 match release(&backend, &free, &hold).await {
                     Ok(_) => return,
                     Err(Error::Pool(err)) if after(Instant::now(), pause) < until => {
                         tracing::debug!(lock = %hold.name, error = %err, "release waits for a connection");
-                        tokio::time::sleep(pause).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(pause) => {}
+                            _ = closed.changed() => return,
+                        }
                         pause = (pause * 2).min(RETRY_PAUSE_MAX);
                     }
                     Err(Error::NotHeld { .. }) => {

@@ -158,13 +158,13 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "7eea293a8efd07dc930dfdaf6c318c2af873c1e0",
-                "979fdc7303324db6d2830f54ffb01ec32b3d5b69",
+                "d6d4356824b6d9ed80ff145f7af397365e135543",
+                "02e1a7160c1b5f6d1ecce9f2d02a7601469d1ea3",
             ),
             (
                 &*MUTEX_RELEASE,
                 "c27d033d79975288161a8315dec82192e38c18bc",
-                "82376b509e308c6ab665d126d572d54e57ee863d",
+                "6d2c4b2bcd9e659655a30336898c373e350f71de",
             ),
             (
                 &*MUTEX_EXTEND,
@@ -178,13 +178,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "fe00a57ef64ae2c17357dd61bdb2f796869e0ba2",
-                "79aa491eab28d2b39643e13e74d1e9982c3c9034",
+                "a3a85588c87e3e269bf8341c957c60182a007040",
+                "582b0566e9f59b29d076e6b2f1d9ab983fcc93d5",
             ),
             (
                 &*QUEUE_RELEASE,
                 "2864aecd78f2805f9e18ecac5eeb2191dfa64c77",
-                "517827dee8357c9f2162d12d14c40cefeca4f43b",
+                "1d4dbb93fa77c0e7d606619ac6f1c4740522abfe",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -66,6 +66,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner(&self) -> &OwnerToken {
+        self.held.share();
         &self.held.owner
     }
 

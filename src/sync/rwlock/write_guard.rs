@@ -67,6 +67,7 @@ impl RwLockWriteGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner(&self) -> &OwnerToken {
+        self.held.share();
         &self.held.owner
     }
 
