@@ -397,3 +397,61 @@ async fn lease_left(redis: &TestRedis, name: &str, fair: bool) -> Duration {
     };
     Duration::from_millis(u64::try_from(ms).unwrap())
 }
+
+/// Found by review: the request id of a carried owner's attempt whose answer was lost was
+/// forgotten when the next attempt failed on a connection too (refused while the client
+/// connected again): the attempt after that took a new id, ran again, and joined the owner's
+/// hold a second time. The id is now kept until an attempt gets an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_owners_id_outlasts_a_refused_connection() {
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let proxy = redlatch_harness::proxy::Proxy::start(
+            redis.url.trim_start_matches("redis://").parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        // Requests through the proxy; the subscription straight to the server, so the
+        // release's wake-up is heard and the lost reply is the attempt's.
+        let pool = deadpool_redis::Config::from_url(proxy.url())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        let cut = redlatch::LockClient::builder(pool, redis.url.as_str())
+            .key_prefix(&redis.prefix)
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let holder = other.mutex("refused").unwrap().lock().await.unwrap();
+        let owner = redlatch::OwnerToken::new();
+        let waiting = {
+            let cut = cut.clone();
+            tokio::spawn(async move { cut.mutex("refused").unwrap().lock_as(&owner).await })
+        };
+        redis.marked("refused").await;
+        // The woken waiter's attempt is granted, its reply lost; new connections are refused.
+        proxy.lose_next_reply_then(Mode::Refuse);
+        holder.unlock().await.unwrap();
+        // The outage (time is the point): attempts fail on the refused connection meanwhile.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            proxy.replies_lost(),
+            1,
+            "the granted attempt's reply was lost"
+        );
+        proxy.set(Mode::Pass);
+        let guard = waiting.await.unwrap().unwrap();
+        assert_eq!(holds(&other, "refused").await, 1, "one guard, one hold");
+        guard.unlock().await.unwrap();
+        other
+            .mutex("refused")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("the name is free once its one guard released it")
+            .unlock()
+            .await
+            .unwrap();
+    })
+    .await;
+}

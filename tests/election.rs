@@ -508,3 +508,57 @@ async fn force_unlock_deposes_a_leader() {
     })
     .await;
 }
+
+/// Found by review: a leader lost at its deadline (renewals that reached Redis, their answers
+/// lost) was not released when its leadership was dropped: the hold's owner counted as shared,
+/// having been read for the leader's own record. Nobody could lead until the lease the
+/// renewals set ran out.
+#[tokio::test]
+async fn a_leader_lost_at_its_deadline_is_released_when_dropped() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder
+            .default_lease(Duration::from_secs(6))
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let leadership = cut
+            .election("lapsed")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        // Renewals reach Redis; their answers never come back.
+        proxy.set(Mode::HoldReplies);
+        leadership.lost().await;
+        let mut conn = redis.conn().await;
+        let ends: u64 = redis::cmd("HGET")
+            .arg(redis.lock_key("lapsed"))
+            .arg("~wexp")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let now = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .unwrap()
+            / 1000;
+        // What makes the case: the renewals that reached Redis hold the name on.
+        let left = Duration::from_millis(ends.saturating_sub(now));
+        assert!(
+            left > Duration::from_millis(1500),
+            "{left:?} left in Redis when lost"
+        );
+        proxy.set(Mode::Pass);
+        drop(leadership);
+        let next = other
+            .election("lapsed")
+            .unwrap()
+            .campaign_timeout("next", left - Duration::from_millis(1000))
+            .await
+            .expect("the name still taken: the lost leader was not released");
+        next.resign().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}

@@ -825,3 +825,57 @@ async fn a_dead_holders_waiters_keep_their_order_after_its_lease() {
     })
     .await;
 }
+
+/// Found by review: the request log logged only table replies, so the compare-and-delete
+/// release, whose reply is the bare integer 2, went unlogged in the cluster form; sent again
+/// after a lost reply, it ran again, found nothing and answered "not held" for a release that
+/// happened (or, had the owner taken the name again meanwhile, released that newer hold).
+#[tokio::test]
+async fn a_compare_and_delete_release_is_logged_and_answered_again() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(30), async {
+        let mut conn = redis.conn().await;
+        let lock = redis.lock_key("logged-release");
+        let log = format!("{lock}:once");
+        let release = redis::Script::new(concat!(
+            "local PUBLISH = 'SPUBLISH'\nlocal function main()\n",
+            include_str!("../lua/v1/mutex_release_fast.lua"),
+            include_str!("../lua/v1/mutex_lib.lua"),
+            include_str!("../lua/v1/mutex_release.lua"),
+            "end\n",
+            include_str!("../lua/v1/once_lib.lua"),
+        ));
+        let value = "mutex:2 7 1 - owner";
+        let _: () = redis::cmd("SET")
+            .arg(&lock)
+            .arg(value)
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for round in ["first", "sent again"] {
+            let reply: redis::Value = release
+                .key(&lock)
+                .key(&log)
+                .arg(value)
+                .arg("r1")
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(reply, redis::Value::Int(2), "{round}");
+        }
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&lock)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0);
+        let _: () = redis::cmd("DEL")
+            .arg(&log)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    })
+    .await;
+}

@@ -38,9 +38,10 @@ elseif once_kind ~= 'none' then
   return main()
 end
 local reply = main()
-if type(reply) ~= 'table' or not (tonumber(reply[1]) and tonumber(reply[1]) > 0) then
-  return reply
-end
+-- A status: the first field of a table reply, or the reply itself (a release's fast path
+-- answers a bare integer).
+local status = type(reply) == 'table' and tonumber(reply[1]) or tonumber(reply)
+if not status or status <= 0 then return reply end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local drawn = redis.call('HRANDFIELD', once_key, 3, 'WITHVALUES')

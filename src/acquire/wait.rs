@@ -41,6 +41,11 @@ use crate::protocol::wake::Grant;
 use crate::protocol::{Claim, queue};
 use crate::time::{after, sleep_until};
 
+/// How long after its first sending a request whose answers were lost is sent again under the
+/// same id: less than the request log keeps an entry (10 s, `once_lib.lua`). Later, the attempt
+/// takes a new id (the first may then be counted twice, once in a lease at most).
+const RESEND_WITHIN: Duration = Duration::from_secs(9);
+
 /// Waits for `ask` up to `timeout` (`None`: as long as it takes). `waited`: the caller already
 /// waited for its turn behind other tasks of this client (local hand-off), so it is a waiter
 /// from its first attempt on: an attempt that cannot reach Redis is waited out, as a queued
@@ -109,11 +114,12 @@ struct Attempts<'a> {
     place: Option<Arc<Place>>,
     /// An attempt failed without an answer: it may have been granted in Redis all the same.
     unanswered: AtomicBool,
-    /// The claim and request id of the last attempt, when its answer was lost and its claim
-    /// must not run twice (a carried owner's, which adds a hold each time): the next attempt
-    /// with that claim is the same request sent again, and a script that ran already answers
-    /// it from the name's request log.
-    resend: std::sync::Mutex<Option<(Claim, u128)>>,
+    /// The claim, request id and first sending of the last attempts, while none of them got an
+    /// answer and their claim must not run twice (a carried owner's, which adds a hold each
+    /// time): the next attempt with that claim is the same request sent again, and a script
+    /// that ran already answers it from the name's request log, for as long as the log keeps
+    /// it ([`RESEND_WITHIN`]).
+    resend: std::sync::Mutex<Option<(Claim, u128, Instant)>>,
     /// The caller waited for its turn in this client before its first attempt.
     waited: bool,
     /// The wait ended with the hold.
@@ -140,13 +146,16 @@ impl Attempts<'_> {
                 fresh: self.ask.claim == Claim::New,
             };
         }
+        let mut first_sent = Instant::now();
         if !ask.claim.repeats_safely() {
             let resent = self
                 .resend()
-                .take()
-                .filter(|(claim, _)| *claim == ask.claim);
+                .filter(|(claim, _, sent)| *claim == ask.claim && sent.elapsed() < RESEND_WITHIN);
+            if let Some((_, _, sent)) = resent {
+                first_sent = sent;
+            }
             ask.request = Some(RequestId {
-                id: resent.map_or_else(|| fastrand::u128(..), |(_, id)| id),
+                id: resent.map_or_else(|| fastrand::u128(..), |(_, id, _)| id),
                 again: resent.is_some(),
             });
         }
@@ -156,15 +165,20 @@ impl Attempts<'_> {
             crate::timeline::hop("attempt.answered");
             if matches!(&result, Err(err) if err.is_lost_answer()) {
                 self.unanswered.store(true, Ordering::Relaxed);
-                if let Some(request) = ask.request {
-                    *self.resend() = Some((ask.claim, request.id));
-                }
             }
+            // The id is kept until an attempt gets an answer: one that failed on a connection
+            // (lost, or not sent at all) may follow one that ran.
+            *self.resend() = match (&result, ask.request) {
+                (Err(err), Some(request)) if err.is_connection() => {
+                    Some((ask.claim, request.id, first_sent))
+                }
+                _ => None,
+            };
             result
         }
     }
 
-    fn resend(&self) -> std::sync::MutexGuard<'_, Option<(Claim, u128)>> {
+    fn resend(&self) -> std::sync::MutexGuard<'_, Option<(Claim, u128, Instant)>> {
         self.resend.lock().unwrap_or_else(|p| p.into_inner())
     }
 

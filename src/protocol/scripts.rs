@@ -158,13 +158,13 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "d6d4356824b6d9ed80ff145f7af397365e135543",
-                "02e1a7160c1b5f6d1ecce9f2d02a7601469d1ea3",
+                "c289e67cbf3b6d73eeac4880a9ff90dd882771e3",
+                "b95e13dcbca89be2fae4d110f69960426212ce43",
             ),
             (
                 &*MUTEX_RELEASE,
                 "c27d033d79975288161a8315dec82192e38c18bc",
-                "6d2c4b2bcd9e659655a30336898c373e350f71de",
+                "c328bbbf9f776c9412b5db131c62f8473e3da6a6",
             ),
             (
                 &*MUTEX_EXTEND,
@@ -178,13 +178,13 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "a3a85588c87e3e269bf8341c957c60182a007040",
-                "582b0566e9f59b29d076e6b2f1d9ab983fcc93d5",
+                "8408f86fcfb7b8ba34b6ccfe8b7c2bcf5cbe5f41",
+                "ac60d3f2aaa69f2d5aa001f112a27181a44443fb",
             ),
             (
                 &*QUEUE_RELEASE,
                 "2864aecd78f2805f9e18ecac5eeb2191dfa64c77",
-                "1d4dbb93fa77c0e7d606619ac6f1c4740522abfe",
+                "fb885bb391327f74d31eb670be0ec5f402fc75c4",
             ),
             (
                 &*QUEUE_EXTEND,

@@ -538,7 +538,7 @@ async fn write_record(
         .backend
         .run(&Proclaim {
             keys: &engine.keys,
-            owner: &guard.owner().as_field(),
+            owner: &guard.owner_field(),
             term: guard.fencing_token(),
             value,
         })

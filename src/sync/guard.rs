@@ -62,6 +62,12 @@ impl MutexGuard {
         Self { held, engine }
     }
 
+    /// The owner as stored in Redis, for the crate's own requests (an election's record): unlike
+    /// [`owner`](Self::owner), the token does not leave the crate, so the hold stays its own.
+    pub(super) fn owner_field(&self) -> String {
+        self.held.owner.as_field()
+    }
+
     /// Redis said this hold is gone (an election's leader that found its record taken): it is
     /// lost from now on, as a renewal that found it gone would mark it.
     pub(super) fn mark_lost(&self) {
