@@ -374,28 +374,16 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
 /// What is left of the exclusive hold of `name` in Redis: the lock's TTL (a plain mutex), or
 /// its lease end in the meta hash by the server's clock (a fair mutex, whose keys outlive it).
 async fn lease_left(redis: &TestRedis, name: &str, fair: bool) -> Duration {
+    if fair {
+        return redis.exclusive_lease_left(name).await;
+    }
     let mut conn = redis.conn().await;
-    let key = redis.lock_key(name);
-    let ms: i64 = if fair {
-        let ends: i64 = redis::cmd("HGET")
-            .arg(&key)
-            .arg("~wexp")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let now = redlatch_harness::measure::server_micros(&mut conn)
-            .await
-            .unwrap()
-            / 1000;
-        ends - i64::try_from(now).unwrap()
-    } else {
-        redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap()
-    };
-    Duration::from_millis(u64::try_from(ms).unwrap())
+    let ms: u64 = redis::cmd("PTTL")
+        .arg(redis.lock_key(name))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    Duration::from_millis(ms)
 }
 
 /// Found by review: the request id of a carried owner's attempt whose answer was lost was

@@ -101,6 +101,24 @@ impl TestRedis {
         }
     }
 
+    /// What is left, by the server's clock, of the exclusive hold of `name` when its state is a
+    /// queued primitive's meta hash (a fair mutex, a writer, an election's leader): its lease
+    /// end (`~wexp`), which the keys outlive.
+    pub async fn exclusive_lease_left(&self, name: &str) -> std::time::Duration {
+        let mut conn = self.conn().await;
+        let ends: u64 = redis::cmd("HGET")
+            .arg(self.lock_key(name))
+            .arg("~wexp")
+            .query_async(&mut conn)
+            .await
+            .expect("HGET ~wexp");
+        let now = redlatch_harness::measure::server_micros(&mut conn)
+            .await
+            .expect("TIME")
+            / 1000;
+        std::time::Duration::from_millis(ends.saturating_sub(now))
+    }
+
     /// Waits until a waiter's busy attempt has marked the plain mutex `name` (the lock
     /// string's wait field is `w`): its holder's release will publish.
     pub async fn marked(&self, name: &str) {
