@@ -229,6 +229,17 @@ async fn listened(redis: &TestRedis, name: &str) -> bool {
     !active.is_empty()
 }
 
+/// Makes `cut`'s connections, its subscription too, by a wait on a fair mutex that `other`
+/// holds and then releases.
+async fn warm_up(redis: &TestRedis, cut: &redlatch::LockClient, other: &redlatch::LockClient) {
+    let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
+    let fair = cut.fair_mutex("warm").unwrap();
+    let waiting = tokio::spawn(async move { fair.lock().await });
+    assert!(until_within(Duration::from_secs(10), || listened(redis, "warm")).await);
+    warm.unlock().await.unwrap();
+    waiting.await.unwrap().unwrap().unlock().await.unwrap();
+}
+
 /// An acquisition whose first attempt reached Redis but whose answer was lost (the server too
 /// slow to answer in time) waits on; dropped then, between attempts, it still gives back what
 /// that attempt got: the queue place it took in Redis (or the hold, on a free name).
@@ -240,12 +251,7 @@ async fn a_wait_dropped_after_a_lost_answer_gives_back_what_that_attempt_got() {
         let cut = builder.build().unwrap();
         let other = redis.client();
         // The client's connections are made (its subscription too) before the replies stop.
-        let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
-        let fair = cut.fair_mutex("warm").unwrap();
-        let waiting = tokio::spawn(async move { fair.lock().await });
-        assert!(until_within(Duration::from_secs(10), || listened(&redis, "warm")).await);
-        warm.unlock().await.unwrap();
-        waiting.await.unwrap().unwrap().unlock().await.unwrap();
+        warm_up(&redis, &cut, &other).await;
         for (name, busy) in [("taken", true), ("free", false)] {
             let holder = if busy {
                 Some(other.fair_mutex(name).unwrap().lock().await.unwrap())
@@ -318,12 +324,7 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
         let cut = builder.build().unwrap();
         let other = redis.client();
         // The client's connections are made (its subscription too) before the replies stop.
-        let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
-        let fair = cut.fair_mutex("warm").unwrap();
-        let waiting = tokio::spawn(async move { fair.lock().await });
-        assert!(until_within(Duration::from_secs(10), || listened(&redis, "warm")).await);
-        warm.unlock().await.unwrap();
-        waiting.await.unwrap().unwrap().unlock().await.unwrap();
+        warm_up(&redis, &cut, &other).await;
         for (name, fair) in [("carried", false), ("carried-fair", true)] {
             let owner = redlatch::OwnerToken::new();
             proxy.set(Mode::HoldReplies);

@@ -265,9 +265,10 @@ async fn a_background_release_that_may_have_reached_a_node_is_not_sent_again() {
         for i in [1, 2] {
             until(|| async { nodes.hold_count(i, "r").await == Some(1) }).await;
         }
-        // Past the node timeouts (100 ms each) and the retries (20 ms, then 40 ms) of a release
-        // that reached no node, about 400 ms in all, with a wide margin for a loaded machine:
-        // the absence of a second release is the point, and no signal marks it.
+        // Past the node timeouts (100 ms each) and the first retries (from 20 ms, doubling) that
+        // a release reported as reaching no node would make, which the held replies let reach
+        // nodes 1 and 2, with a wide margin for a loaded machine: the absence of a second
+        // release is the point, and no signal marks it.
         tokio::time::sleep(Duration::from_secs(3)).await;
         nodes.proxies[1].set(Mode::Pass);
         nodes.proxies[2].set(Mode::Pass);

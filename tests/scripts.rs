@@ -339,9 +339,21 @@ async fn raw_queue_acquire(
     owner: &str,
     claim: &str,
 ) -> redis::Value {
-    let script = QueueScript::Acquire.script();
     let key = redis.lock_key(name);
-    let mut call = script.prepare_invoke();
+    fair_call(conn, &key, (owner, "testclient"), claim, (30_000, 30_000)).await
+}
+
+/// `queue_acquire` (its fast path first, as a client sends it) of the fair mutex at `key` for
+/// `owner` of `client`, with `claim`, a lease and a grace (the first term of a hold handed
+/// over; 0: do not queue) in ms: its reply as it came.
+async fn fair_call(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    (owner, client): (&str, &str),
+    claim: &str,
+    (lease, grace): (u64, u64),
+) -> redis::Value {
+    let mut call = QueueScript::Acquire.script().prepare_invoke();
     for k in ["", ":holders", ":queue", ":fence"] {
         call.key(format!("{key}{k}"));
     }
@@ -350,12 +362,12 @@ async fn raw_queue_acquire(
         .arg(owner)
         .arg(1)
         .arg(0)
-        .arg(30_000)
-        .arg(30_000)
+        .arg(lease)
+        .arg(grace)
         .arg(60_000)
         .arg(format!("{key}:wake"))
         .arg(claim)
-        .arg("testclient");
+        .arg(client);
     call.invoke_async(conn).await.unwrap()
 }
 
@@ -729,32 +741,16 @@ async fn every_logged_request_is_kept_for_the_whole_window() {
     .await;
 }
 
-/// `queue_acquire` (its fast path first, as a client sends it) of the fair mutex at `key` for
-/// `owner` of `client`, with `claim`, a lease and a grace (the first term of a hold handed
-/// over; 0: do not queue) in ms: the reply's status and its second field.
+/// [`fair_call`]'s reply: its status and its second field.
 async fn fair_acquire(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
-    (owner, client): (&str, &str),
+    who: (&str, &str),
     claim: &str,
-    (lease, grace): (u64, u64),
+    term: (u64, u64),
 ) -> (i64, i64) {
-    let mut call = QueueScript::Acquire.script().prepare_invoke();
-    for k in ["", ":holders", ":queue", ":fence"] {
-        call.key(format!("{key}{k}"));
-    }
-    call.arg("fair:1")
-        .arg("x")
-        .arg(owner)
-        .arg(1)
-        .arg(0)
-        .arg(lease)
-        .arg(grace)
-        .arg(60_000)
-        .arg(format!("{key}:wake"))
-        .arg(claim)
-        .arg(client);
-    let reply: Vec<redis::Value> = call.invoke_async(conn).await.unwrap();
+    let reply: Vec<redis::Value> =
+        redis::from_redis_value(fair_call(conn, key, who, claim, term).await).unwrap();
     let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
     (int(&reply[0]), reply.get(1).map_or(0, int))
 }
