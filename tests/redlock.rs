@@ -192,6 +192,79 @@ async fn sixteen_tasks_over_four_clients_keep_exclusion_and_count_exactly() {
     .await;
 }
 
+/// A failed attempt gives back what it may have taken, on every node and in the background. A
+/// client's first calls to a node wait for its connection, and a give-back that finds the
+/// connection made goes out at once, possibly ahead of the acquisition it undoes: that node
+/// then granted the name after its release and kept it for a lease. A give-back now follows
+/// the attempt's call on each node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_never_overtakes_the_acquisition_it_undoes() {
+    const TASKS: usize = 16;
+    const CLIENTS: usize = 40;
+    within(Duration::from_secs(120), async {
+        let nodes = Nodes::start(3).await;
+        // Nodes 0 and 1 hold every name for owners of their own (a client of one server each);
+        // node 2 holds none: every attempt below is refused by two nodes and gives back.
+        let holders: Vec<LockClient> = [0, 1]
+            .iter()
+            .map(|&i| {
+                let url = nodes.servers[i].url();
+                let pool = Config::from_url(url.clone())
+                    .create_pool(Some(Runtime::Tokio1))
+                    .expect("pool");
+                LockClient::builder(pool, url)
+                    .key_prefix(&nodes.prefix)
+                    .build()
+                    .expect("client")
+            })
+            .collect();
+        let names: Vec<String> = (0..TASKS).map(|t| format!("g{t}")).collect();
+        let mut guards = Vec::new();
+        for holder in &holders {
+            for name in &names {
+                guards.push(
+                    holder
+                        .mutex(name)
+                        .expect("mutex")
+                        .lock()
+                        .await
+                        .expect("lock"),
+                );
+            }
+        }
+        for _ in 0..CLIENTS {
+            // A new client each time: its first calls to every node wait for a connection.
+            let client = nodes.client();
+            let tasks: Vec<_> = names
+                .iter()
+                .map(|name| {
+                    let mutex = client.mutex(name).expect("mutex");
+                    tokio::spawn(async move { mutex.try_lock().await.map(|g| g.is_some()) })
+                })
+                .collect();
+            for task in tasks {
+                assert!(
+                    !task.await.expect("task").expect("try_lock"),
+                    "a majority holds it"
+                );
+            }
+            for name in &names {
+                let gone = until_within(Duration::from_secs(5), || nodes_free(&nodes, name));
+                assert!(gone.await, "node 2 keeps {name} after its give-back");
+            }
+        }
+        for guard in guards {
+            guard.unlock().await.expect("unlock");
+        }
+    })
+    .await;
+}
+
+/// Whether node 2 holds nothing for `name`.
+async fn nodes_free(nodes: &Nodes, name: &str) -> bool {
+    !nodes.holds(2, name).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_three_deep_is_one_hold_with_one_token() {
     within(Duration::from_secs(60), async {

@@ -61,6 +61,13 @@ pub(crate) trait Request: Sync {
     fn call(&self, by: By) -> Call;
     /// Decodes the raw reply (typed errors for foreign data and unexpected replies).
     fn decode(&self, raw: Value) -> Result<Self::Reply>;
+    /// The hold the request acts on, as its lock key and owner, where its calls must reach a
+    /// server in the order they were made (an acquisition, then what undoes it): a Redlock
+    /// client sends such a call to a node once the call before it about the same hold has
+    /// finished there. `None` (the default): no order is kept.
+    fn hold(&self) -> Option<(&str, &str)> {
+        None
+    }
 }
 
 /// A typed request sent as plain commands, pipelined in one round trip, without a script:

@@ -4,13 +4,19 @@
 //! grants, of renewals, of confirmations) belongs to the layers above, which know what a reply
 //! means.
 //!
+//! Calls about one hold (an acquisition, then its release or confirmation) reach each node in
+//! the order they were made: such a call waits, on each node, for the one before it there to
+//! finish. Nothing else orders them: a client's first calls to a node wait for its connection,
+//! and a call made later may find the connection made and go out first.
+//!
 //! Each node has its wake-up subscription, all feeding the client's one waiter registry through
 //! a [`Merged`] listener: a release is published by every node that ran it, and a message heard
 //! again from another node (the same channel and payload, within [`ECHO`]) is dropped, so a
 //! waiter wakes once. Push counts as up while any node's subscription is.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -43,6 +49,8 @@ pub(crate) struct Quorum {
     settings: Redlock,
     /// Calls sent, one per server asked.
     sent: std::sync::atomic::AtomicU64,
+    /// Per node, the last unfinished call about each hold (see [`Link`]).
+    chains: Arc<Chains>,
 }
 
 impl Quorum {
@@ -75,11 +83,11 @@ impl Quorum {
     /// replies, with the node that gave each, in the order they come (a node that has not
     /// answered by `deadline` gives a timeout error).
     ///
-    /// Each call is put on its node's connection here and now, in the order the caller makes
-    /// its calls, and runs to the end (an answer, a connection failure, or [`LINGER`]) whether
-    /// or not anyone still waits for it: dropping the [`Replies`] stops waiting, never sending.
-    /// A release that follows an acquisition reaches a slow node after it, even if nobody
-    /// waited for the acquisition's answer.
+    /// Each call runs to the end (an answer, a connection failure, or [`LINGER`]) whether or
+    /// not anyone still waits for it: dropping the [`Replies`] stops waiting, never sending.
+    /// A call about a hold ([`Request::hold`]) goes to a node once the call before it about
+    /// the same hold has finished there: a release that follows an acquisition reaches a slow
+    /// node after it, even if nobody waited for the acquisition's answer.
     pub(crate) fn each<'a, R: Request>(&self, request: &'a R, deadline: Instant) -> Replies<'a, R> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         self.to(&all, request, deadline)
@@ -94,6 +102,11 @@ impl Quorum {
     ) -> Replies<'a, R> {
         let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
         let by_hash = Arc::new(by_hash);
+        let hold = request.hold().map(|(lock, owner)| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            (lock, owner).hash(&mut hasher);
+            hasher.finish()
+        });
         let mut replies = Replies {
             request,
             deadline,
@@ -108,13 +121,20 @@ impl Quorum {
             };
             self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let by_hash = Arc::clone(&by_hash);
+            let mut link = hold.map(|hold| Link::new(&self.chains, node, hold));
             let mut call: Call = Box::pin(async move {
+                if let Some(link) = link.as_mut() {
+                    link.after_the_one_before().await;
+                }
                 let raw = tokio::time::timeout(LINGER, server.send(&by_hash, source))
                     .await
                     .unwrap_or_else(|_| Err(no_answer()));
+                // Finished: the next call about the hold may go.
+                drop(link);
                 (node, raw)
             });
-            // The first step puts the request on the node's connection.
+            // The first step sends the request, unless it waits (for a connection, or for the
+            // call before it about the same hold).
             match call.as_mut().poll(noop) {
                 std::task::Poll::Ready(answer) => replies.ready.push_back(answer),
                 std::task::Poll::Pending => {
@@ -124,6 +144,78 @@ impl Quorum {
             }
         }
         replies
+    }
+}
+
+/// Per node, the last unfinished call about each hold (by a hash of its lock key and owner:
+/// two holds that share one only wait for each other).
+#[derive(Debug)]
+struct Chains {
+    by_node: Vec<StdMutex<HashMap<u64, Last>>>,
+    /// Numbers the links, so that a finished call removes its own entry only.
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// A node's last unfinished call about one hold: its number, and what tells when it is done.
+#[derive(Debug)]
+struct Last {
+    id: u64,
+    done: watch::Receiver<()>,
+}
+
+/// A call's place among the calls about its hold on its node: made when the call is, it
+/// becomes the node's last call about the hold, and keeps the call before it (if that one
+/// has not finished) to wait for. Dropped when the call finishes (or is dropped), it lets the
+/// next one go.
+struct Link {
+    chains: Arc<Chains>,
+    node: usize,
+    hold: u64,
+    id: u64,
+    before: Option<watch::Receiver<()>>,
+    /// Dropped with the link: the next call's receiver then reads the channel closed.
+    _done: watch::Sender<()>,
+}
+
+impl Link {
+    fn new(chains: &Arc<Chains>, node: usize, hold: u64) -> Self {
+        let id = chains
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (done, receiver) = watch::channel(());
+        let before = chains
+            .by_node
+            .get(node)
+            .and_then(|calls| calls.lock().ok())
+            .and_then(|mut calls| calls.insert(hold, Last { id, done: receiver }))
+            .map(|last| last.done);
+        Self {
+            chains: Arc::clone(chains),
+            node,
+            hold,
+            id,
+            before,
+            _done: done,
+        }
+    }
+
+    /// Completes once the call before this one about the hold has finished on the node (at
+    /// once if there is none), or after [`LINGER`], the longest a call runs.
+    async fn after_the_one_before(&mut self) {
+        if let Some(mut before) = self.before.take() {
+            // Nothing is ever sent on the channel: `changed` ends when its sender is dropped.
+            let _ = tokio::time::timeout(LINGER, before.changed()).await;
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(Ok(mut calls)) = self.chains.by_node.get(self.node).map(StdMutex::lock)
+            && calls.get(&self.hold).is_some_and(|last| last.id == self.id)
+        {
+            calls.remove(&self.hold);
+        }
     }
 }
 
@@ -247,10 +339,15 @@ pub(super) fn start(
             }
         }
     });
+    let chains = Arc::new(Chains {
+        by_node: nodes.iter().map(|_| StdMutex::default()).collect(),
+        next: std::sync::atomic::AtomicU64::new(0),
+    });
     Quorum {
         nodes,
         settings,
         sent: std::sync::atomic::AtomicU64::new(0),
+        chains,
     }
 }
 

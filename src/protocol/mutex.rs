@@ -85,6 +85,10 @@ impl Request for Acquire<'_> {
         call
     }
 
+    fn hold(&self) -> Option<(&str, &str)> {
+        Some((&self.keys.lock, self.owner))
+    }
+
     fn decode(&self, raw: Value) -> Result<Answer> {
         let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
         let (status, reply) = Reply::decode("mutex_acquire", raw, &keys, MUTEX_LAYOUT)?;
@@ -148,6 +152,10 @@ impl Request for Release<'_> {
             }
         }
         call
+    }
+
+    fn hold(&self) -> Option<(&str, &str)> {
+        Some((&self.keys.lock, self.owner))
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
@@ -224,6 +232,10 @@ impl Request for Confirm<'_> {
             .arg(self.fence)
             .arg(self.fence_ttl_ms);
         call
+    }
+
+    fn hold(&self) -> Option<(&str, &str)> {
+        Some((&self.keys.lock, self.owner))
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
