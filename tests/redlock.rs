@@ -249,7 +249,9 @@ async fn a_give_back_never_overtakes_the_acquisition_it_undoes() {
                 );
             }
             for name in &names {
-                let gone = until_within(Duration::from_secs(5), || nodes_free(&nodes, name));
+                let gone = until_within(Duration::from_secs(5), || async {
+                    !nodes.holds(2, name).await
+                });
                 assert!(gone.await, "node 2 keeps {name} after its give-back");
             }
         }
@@ -258,11 +260,6 @@ async fn a_give_back_never_overtakes_the_acquisition_it_undoes() {
         }
     })
     .await;
-}
-
-/// Whether node 2 holds nothing for `name`.
-async fn nodes_free(nodes: &Nodes, name: &str) -> bool {
-    !nodes.holds(2, name).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
