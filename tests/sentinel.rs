@@ -339,3 +339,64 @@ async fn bad_sentinel_settings_are_typed_errors() {
     })
     .await;
 }
+
+/// The sentinel a client listens to for failover announcements goes silent, its connection
+/// open (its host gone, a partition): the client notices within a heartbeat and listens to
+/// the next sentinel, rather than staying deaf to failovers for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_sentinel_is_left_for_the_next_one() {
+    within(LIMIT, async {
+        let bed = Monitored::start().await;
+        let urls = bed.sentinels.urls();
+        let first = urls[0]
+            .trim_start_matches("redis://")
+            .parse()
+            .expect("addr");
+        let proxy = redlatch_harness::proxy::Proxy::start(first)
+            .await
+            .expect("proxy");
+        let client = LockClient::sentinel_builder(
+            [proxy.url(), urls[1].clone(), urls[2].clone()],
+            bed.sentinels.name(),
+        )
+        .key_prefix(&bed.prefix)
+        .build()
+        .expect("client");
+        let guard = client
+            .mutex("m")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        // The client listens to the first sentinel, and to it alone.
+        until(|| async { listeners(&urls[0]).await == 1 }).await;
+        assert_eq!(listeners(&urls[1]).await, 0);
+        proxy.set(Mode::Blackhole);
+        // A heartbeat (10 s) and its answer's limit (2 s) later, with a wide margin.
+        let moved = support::until_within(Duration::from_secs(40), || async {
+            listeners(&urls[1]).await == 1
+        });
+        assert!(
+            moved.await,
+            "the client still listens to the silent sentinel"
+        );
+        proxy.set(Mode::Pass);
+        guard.unlock().await.expect("unlock");
+    })
+    .await;
+}
+
+/// How many clients of the sentinel at `url` are subscribed to a channel (`CLIENT LIST`).
+async fn listeners(url: &str) -> usize {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT LIST");
+    list.lines().filter(|l| l.contains(" sub=1 ")).count()
+}

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{ConnectionInfo, RedisResult};
+use redis::{ConnectionInfo, RedisError, RedisResult};
 use tokio::sync::watch;
+
+use super::subscription::{HEARTBEAT, HEARTBEAT_ANSWER};
 
 /// How long to wait before listening on the next sentinel after one failed.
 const NEXT_SENTINEL: Duration = Duration::from_millis(200);
@@ -98,21 +100,51 @@ impl Master {
         });
     }
 
-    /// Counts the failovers of this master that `sentinel` announces, until its connection ends.
+    /// Counts the failovers of this master that `sentinel` announces, until its connection ends
+    /// or the sentinel goes silent: connecting and subscribing may take [`HEARTBEAT_ANSWER`],
+    /// and the sentinel is asked for a `PING` every [`HEARTBEAT`], answered within as long. A
+    /// sentinel gone without a word (its host down, a partition) would otherwise leave the
+    /// client deaf to failovers, each then noticed only when requests to the old master fail.
     async fn listen(&self, sentinel: &ConnectionInfo) -> RedisResult<()> {
-        let mut pubsub = redis::Client::open(sentinel.clone())?
-            .get_async_pubsub()
-            .await?;
-        pubsub.subscribe("+switch-master").await?;
-        let mut messages = pubsub.into_on_message();
-        while let Some(message) = messages.next().await {
-            // `<master name> <old ip> <old port> <new ip> <new port>`
-            let payload: String = message.get_payload().unwrap_or_default();
-            if payload.split(' ').next() == Some(self.name.as_str()) {
-                tracing::info!(announcement = %payload, "sentinel announced a new master");
-                self.moves.send_modify(|n| *n = n.wrapping_add(1));
+        let subscribe = async {
+            let mut pubsub = redis::Client::open(sentinel.clone())?
+                .get_async_pubsub()
+                .await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        let (mut sink, mut messages) = tokio::time::timeout(HEARTBEAT_ANSWER, subscribe)
+            .await
+            .map_err(|_| silent())??
+            .split();
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                message = messages.next() => {
+                    let Some(message) = message else { return Ok(()) };
+                    // `<master name> <old ip> <old port> <new ip> <new port>`
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    if payload.split(' ').next() == Some(self.name.as_str()) {
+                        tracing::info!(announcement = %payload, "sentinel announced a new master");
+                        self.moves.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    tokio::time::timeout(HEARTBEAT_ANSWER, sink.ping::<redis::Value>())
+                        .await
+                        .map_err(|_| silent())??;
+                }
             }
         }
-        Ok(())
     }
+}
+
+/// What a sentinel that did not answer in time fails the listening with.
+fn silent() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the sentinel did not answer in time",
+    ))
 }

@@ -29,8 +29,8 @@ const RETRY_MAX_SENTINEL: Duration = Duration::from_millis(250);
 /// forgot it, a host gone) or a server that hangs would otherwise leave every waiter of this
 /// client deaf, each hand-over to it waiting for its fallback timer (the holder's lease),
 /// until some new channel's `SUBSCRIBE` failed.
-const HEARTBEAT: Duration = Duration::from_secs(10);
-const HEARTBEAT_ANSWER: Duration = Duration::from_secs(2);
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(10);
+pub(super) const HEARTBEAT_ANSWER: Duration = Duration::from_secs(2);
 
 /// What the subscription tells, and asks, the waiter registry.
 pub(crate) trait Listener: Send + Sync + 'static {
