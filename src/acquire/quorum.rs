@@ -17,8 +17,9 @@
 //!    is no second round.
 //! 3. A failure gives back what it may have taken, in the background and without a wake-up
 //!    message (nobody held the lock): on every node for a fresh owner unless every node
-//!    refused (a node that has not answered yet may still grant, and gets the release once
-//!    the acquisition's call there has finished), so the caller does not wait for stragglers.
+//!    refused (a node that has not answered yet may still grant, and runs the release after
+//!    the acquisition: calls about one hold go on its connection in order), so the caller
+//!    does not wait for stragglers.
 //!    A fresh owner's attempt uses an owner token of its own, so what one attempt left behind
 //!    is never taken for the next attempt's hold.
 //! 4. A split vote (some grants, no majority) answers busy for a random pause around the
@@ -211,7 +212,7 @@ async fn confirm(
 }
 
 /// Gives back, in the background and without a wake-up message, what a failed attempt took: a
-/// fresh owner releases on every node (a node that has not answered yet gets the release after
+/// fresh owner releases on every node (a node that has not answered yet runs the release after
 /// the acquisition); a carried owner, whose other holds must stay, releases one hold on each
 /// node that granted.
 fn give_back(engine: &Engine, ask: Ask, owner: &str, granted: &[(usize, u64)]) {

@@ -4,10 +4,11 @@
 //! grants, of renewals, of confirmations) belongs to the layers above, which know what a reply
 //! means.
 //!
-//! Calls about one hold (an acquisition, then its release or confirmation) reach each node in
-//! the order they were made: such a call waits, on each node, for the one before it there to
-//! finish. Nothing else orders them: a client's first calls to a node wait for its connection,
-//! and a call made later may find the connection made and go out first.
+//! Calls about one hold (an acquisition, then its release or confirmation) are put on each
+//! node's connection in the order they were made: such a call waits, on each node, until the
+//! one before it is on the connection there, and the two then run in that order, pipelined.
+//! Nothing else would order them: a client's first calls to a node wait for its connection,
+//! and a call made later could find the connection made and go out first.
 //!
 //! Each node has its wake-up subscription, all feeding the client's one waiter registry through
 //! a [`Merged`] listener: a release is published by every node that ran it, and a message heard
@@ -49,7 +50,7 @@ pub(crate) struct Quorum {
     settings: Redlock,
     /// Calls sent, one per server asked.
     sent: std::sync::atomic::AtomicU64,
-    /// Per node, the last unfinished call about each hold (see [`Link`]).
+    /// Per node, the last call about each hold not yet on the connection (see [`Link`]).
     chains: Arc<Chains>,
 }
 
@@ -85,8 +86,8 @@ impl Quorum {
     ///
     /// Each call runs to the end (an answer, a connection failure, or [`LINGER`]) whether or
     /// not anyone still waits for it: dropping the [`Replies`] stops waiting, never sending.
-    /// A call about a hold ([`Request::hold`]) goes to a node once the call before it about
-    /// the same hold has finished there: a release that follows an acquisition reaches a slow
+    /// A call about a hold ([`Request::hold`]) is put on a node's connection once the call
+    /// before it about the same hold is: a release that follows an acquisition reaches a slow
     /// node after it, even if nobody waited for the acquisition's answer.
     pub(crate) fn each<'a, R: Request>(&self, request: &'a R, deadline: Instant) -> Replies<'a, R> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
@@ -126,11 +127,11 @@ impl Quorum {
                 if let Some(link) = link.as_mut() {
                     link.after_the_one_before().await;
                 }
-                let raw = tokio::time::timeout(LINGER, server.send(&by_hash, source))
+                // On the connection: the next call about the hold may go.
+                let sent = move || drop(link);
+                let raw = tokio::time::timeout(LINGER, server.send_then(&by_hash, source, sent))
                     .await
                     .unwrap_or_else(|_| Err(no_answer()));
-                // Finished: the next call about the hold may go.
-                drop(link);
                 (node, raw)
             });
             // The first step sends the request, unless it waits (for a connection, or for the
@@ -147,26 +148,27 @@ impl Quorum {
     }
 }
 
-/// Per node, the last unfinished call about each hold (by a hash of its lock key and owner:
-/// two holds that share one only wait for each other).
+/// Per node, the last call about each hold not yet on the connection (by a hash of its lock
+/// key and owner: two holds that share one only wait for each other).
 #[derive(Debug)]
 struct Chains {
     by_node: Vec<StdMutex<HashMap<u64, Last>>>,
-    /// Numbers the links, so that a finished call removes its own entry only.
+    /// Numbers the links, so that a call removes its own entry only.
     next: std::sync::atomic::AtomicU64,
 }
 
-/// A node's last unfinished call about one hold: its number, and what tells when it is done.
+/// A node's last call about one hold not yet on the connection: its number, and what tells
+/// when it is.
 #[derive(Debug)]
 struct Last {
     id: u64,
-    done: watch::Receiver<()>,
+    sent: watch::Receiver<()>,
 }
 
 /// A call's place among the calls about its hold on its node: made when the call is, it
-/// becomes the node's last call about the hold, and keeps the call before it (if that one
-/// has not finished) to wait for. Dropped when the call finishes (or is dropped), it lets the
-/// next one go.
+/// becomes the node's last call about the hold, and keeps the call before it (if that one is
+/// not on the connection yet) to wait for. Dropped once the call is on the connection (or has
+/// failed, or is dropped), it lets the next one go.
 struct Link {
     chains: Arc<Chains>,
     node: usize,
@@ -174,7 +176,7 @@ struct Link {
     id: u64,
     before: Option<watch::Receiver<()>>,
     /// Dropped with the link: the next call's receiver then reads the channel closed.
-    _done: watch::Sender<()>,
+    _sent: watch::Sender<()>,
 }
 
 impl Link {
@@ -182,24 +184,24 @@ impl Link {
         let id = chains
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (done, receiver) = watch::channel(());
+        let (sent, receiver) = watch::channel(());
         let before = chains
             .by_node
             .get(node)
             .and_then(|calls| calls.lock().ok())
-            .and_then(|mut calls| calls.insert(hold, Last { id, done: receiver }))
-            .map(|last| last.done);
+            .and_then(|mut calls| calls.insert(hold, Last { id, sent: receiver }))
+            .map(|last| last.sent);
         Self {
             chains: Arc::clone(chains),
             node,
             hold,
             id,
             before,
-            _done: done,
+            _sent: sent,
         }
     }
 
-    /// Completes once the call before this one about the hold has finished on the node (at
+    /// Completes once the call before this one about the hold is on the node's connection (at
     /// once if there is none), or after [`LINGER`], the longest a call runs.
     async fn after_the_one_before(&mut self) {
         if let Some(mut before) = self.before.take() {

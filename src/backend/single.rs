@@ -4,6 +4,7 @@
 //! call and no pool check-out round trip.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -115,8 +116,37 @@ impl Node {
     /// Sends `by_hash`, the `EVALSHA` call of the script whose source is `source` (sent
     /// instead, by `EVAL`, to a server that lacks it), and returns its raw reply.
     pub(crate) async fn send(&self, by_hash: &Cmd, source: &str) -> Result<Value> {
-        let mut conn = self.connection().await?;
-        let reply = send_on(&mut conn, by_hash, source).await;
+        self.send_then(by_hash, source, || ()).await
+    }
+
+    /// [`send`](Self::send), calling `sent` once the call is on the connection (or has failed
+    /// before): what a caller sends after `sent` runs after this call, pipelined behind it.
+    /// The first poll of the call puts it on the connection, the task's cooperative budget
+    /// notwithstanding; it waits only for a connection to be made, or for room in the
+    /// connection's queue. (A script the server lost, sent again by its source after the
+    /// `NOSCRIPT` answer, may run after what was sent meanwhile.)
+    pub(crate) async fn send_then(
+        &self,
+        by_hash: &Cmd,
+        source: &str,
+        sent: impl FnOnce(),
+    ) -> Result<Value> {
+        let mut conn = match self.connection().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                sent();
+                return Err(err);
+            }
+        };
+        let mut reply = std::pin::pin!(tokio::task::unconstrained(send_on(
+            &mut conn, by_hash, source
+        )));
+        let first = std::future::poll_fn(|cx| Poll::Ready(reply.as_mut().poll(cx))).await;
+        sent();
+        let reply = match first {
+            Poll::Ready(reply) => reply,
+            Poll::Pending => reply.await,
+        };
         self.answered(reply)
     }
 
