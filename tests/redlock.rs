@@ -439,12 +439,15 @@ async fn two_of_five_down_still_lock_three_down_fail_and_leave_nothing() {
             took < Duration::from_secs(3),
             "gave up within its budget: {took:?}"
         );
-        // What the failed attempts took on the live servers is given back at once.
-        let gone = Instant::now();
-        until(|| async { !nodes.holds(0, "minority").await && !nodes.holds(1, "minority").await })
-            .await;
-        let cleanup = gone.elapsed();
-        assert!(cleanup < Duration::from_millis(100), "left for {cleanup:?}");
+        // What the failed attempts took on the live servers is given back, not left to its
+        // 5 s lease.
+        let gone = until_within(Duration::from_secs(2), || async {
+            !nodes.holds(0, "minority").await && !nodes.holds(1, "minority").await
+        });
+        assert!(
+            gone.await,
+            "the failed attempts' grants were left to their lease"
+        );
     })
     .await;
 }
@@ -480,7 +483,7 @@ async fn a_slow_node_does_not_hold_up_the_acquire() {
             let took = before.elapsed();
             // Four fast nodes decide: the slow one is not waited for.
             assert!(
-                took < node_timeout + Duration::from_millis(250),
+                took < node_timeout + Duration::from_secs(1),
                 "attempt {i} took {took:?}"
             );
             // Counted from a moment within the call (before the first send), not from an
@@ -504,7 +507,7 @@ async fn a_slow_node_does_not_hold_up_the_acquire() {
         let took = before.elapsed();
         assert!(!matches!(attempt, Ok(Some(_))), "no majority: {attempt:?}");
         assert!(
-            took >= node_timeout && took < node_timeout + Duration::from_millis(250),
+            took >= node_timeout && took < node_timeout + Duration::from_secs(1),
             "gave up after {took:?}"
         );
         nodes.reach(&[0, 1, 2, 3, 4]);
@@ -559,7 +562,9 @@ async fn tokens_rise_across_two_thousand_random_majorities() {
         let client = nodes
             .builder()
             .default_lease(Duration::from_secs(2))
-            .node_timeout(Duration::from_millis(50))
+            // Short, so that the nodes cut off cost little; long enough that a loaded machine
+            // does not make the reachable ones miss it.
+            .node_timeout(Duration::from_millis(250))
             .build()
             .expect("client");
         let mutex = client.mutex("random").expect("mutex");
@@ -648,12 +653,18 @@ async fn a_holder_paused_past_its_validity_is_refused_by_the_fenced_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_without_persistence_is_safe_only_when_delayed_or_fsynced() {
     within(Duration::from_secs(90), async {
-        let lease = Duration::from_secs(3);
         for setting in [
             "rejoin at once",
             "rejoin after the lease",
             "appendfsync always",
         ] {
+            // Short where the test waits the lease out; else long enough that no renewal of
+            // A's comes before B's attempt, however slow the restart.
+            let lease = Duration::from_secs(if setting == "rejoin after the lease" {
+                3
+            } else {
+                30
+            });
             let extra: &[&str] = if setting == "appendfsync always" {
                 &["--appendonly", "yes", "--appendfsync", "always"]
             } else {
@@ -690,7 +701,7 @@ async fn a_restart_without_persistence_is_safe_only_when_delayed_or_fsynced() {
             let taken = b
                 .mutex("r")
                 .expect("mutex")
-                .lock_timeout(Duration::from_millis(500))
+                .lock_timeout(Duration::from_secs(5))
                 .await;
             match setting {
                 "rejoin at once" => {
@@ -759,7 +770,7 @@ async fn the_watchdog_keeps_a_hold_a_majority_renews_and_loses_one_it_cannot() {
             .into_std()
             .saturating_duration_since(deadline);
         assert!(
-            late < Duration::from_millis(250),
+            late < Duration::from_secs(1),
             "lost {late:?} after its validity"
         );
         nodes.reach(&[0, 1, 2, 3, 4]);

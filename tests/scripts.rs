@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlatch::Error;
 use redlatch_harness::measure::{QueueScript, raw_mutex_acquire};
-use support::{TestRedis, within};
+use support::{TestRedis, until, within};
 
 #[tokio::test]
 async fn every_operation_works_after_script_flush() {
@@ -29,15 +29,27 @@ async fn every_operation_works_after_script_flush() {
         inner.unlock().await.unwrap();
         let _: () = flush().query_async(&mut conn).await.unwrap();
         guard.unlock().await.unwrap();
-        // The watchdog's batched renewal after a flush.
+        // The watchdog's batched renewal after a flush: the lease left in Redis goes up again.
         let short = redis
             .builder()
-            .default_lease(Duration::from_millis(150))
+            .default_lease(Duration::from_secs(1))
             .build()
             .unwrap();
         let g = short.mutex("flushed").unwrap().lock().await.unwrap();
         let _: () = flush().query_async(&mut conn).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        let key = format!("{}:{{flushed}}", redis.prefix);
+        let pttl = || {
+            let (mut conn, key) = (conn.clone(), key.clone());
+            async move {
+                redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let flushed_at = pttl().await;
+        until(|| async { pttl().await > flushed_at }).await;
         assert!(g.is_held());
         g.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());

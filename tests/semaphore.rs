@@ -90,13 +90,14 @@ async fn a_crashed_holder_loses_its_permit_after_the_lease() {
         let mut taken = None;
         crashing(|| async {
             let client = redis.builder().default_lease(lease).build().unwrap();
+            // Before the request: its lease cannot start earlier.
+            taken = Some(Instant::now());
             let permit = client
                 .semaphore("crash", 1)
                 .unwrap()
                 .acquire()
                 .await
                 .unwrap();
-            taken = Some(Instant::now());
             // Never released and, once the runtime is gone, never renewed.
             let _ = Box::leak(Box::new(permit));
         });
@@ -185,7 +186,9 @@ async fn a_release_wakes_only_the_waiters_it_can_satisfy() {
             }));
             until(|| async { redis.queued(&holder, "wake").await == i + 1 }).await;
         }
-        let before = redis.calls("evalsha").await;
+        // Once the waiters are quiet: one that queued before its client's subscription was up
+        // asks once more when it is.
+        let before = redis.settle().await;
         p1.release().await.unwrap();
         until(|| async { acquired.load(Ordering::SeqCst) == 1 }).await;
         // One script call in all: the release handed the permit to the one waiter it could

@@ -143,8 +143,13 @@ impl RedisServer {
                     "redis-server exited with {status}: {log}"
                 )));
             }
+            // Another process may have taken the port between its choice and the bind (a
+            // proxy, another test's server): the server that answers must be this child.
             if ping(self.port) {
-                return Ok(());
+                let own = self.child.as_ref().map(std::process::Child::id);
+                if own.is_some() && process_id(self.port) == own {
+                    return Ok(());
+                }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -224,6 +229,26 @@ pub(crate) fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind a loopback port")
+}
+
+/// The `process_id` that the server on `port` reports (`INFO server`).
+fn process_id(port: u16) -> Option<u32> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream.write_all(b"INFO server\r\n").ok()?;
+    // A bulk string: `$<length>\r\n<text>\r\n`.
+    let mut reader = std::io::BufReader::new(stream);
+    let mut header = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut header).ok()?;
+    let length: usize = header.trim_end().strip_prefix('$')?.parse().ok()?;
+    let mut text = vec![0u8; length];
+    reader.read_exact(&mut text).ok()?;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 pub(crate) fn ping(port: u16) -> bool {

@@ -78,13 +78,14 @@ impl TestRedis {
     }
 
     /// A writer of `name` in a process that then dies: its hold stays until `lease` runs out,
-    /// never released or renewed. Returns when it took the hold.
+    /// never released or renewed. Returns when it asked for the hold (its lease began later).
     pub fn crashed_writer(&self, name: &str, lease: std::time::Duration) -> std::time::Instant {
         let mut taken = None;
         crashing(|| async {
             let client = self.builder().default_lease(lease).build().unwrap();
-            let writer = client.rwlock(name).unwrap().write().await.unwrap();
+            // Before the request: its lease cannot start earlier.
             taken = Some(std::time::Instant::now());
+            let writer = client.rwlock(name).unwrap().write().await.unwrap();
             // Never released and, once the runtime is gone, never renewed.
             let _ = Box::leak(Box::new(writer));
         });
