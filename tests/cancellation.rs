@@ -217,25 +217,13 @@ async fn cancelled_one_round_trip_acquires_leave_nothing_held() {
     .await;
 }
 
-/// Whether some client listens to a wake-up channel of `name`.
-async fn listened(redis: &TestRedis, name: &str) -> bool {
-    let mut conn = redis.conn().await;
-    let active: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg(format!("{}:wake*", redis.lock_key(name)))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    !active.is_empty()
-}
-
 /// Makes `cut`'s connections, its subscription too, by a wait on a fair mutex that `other`
 /// holds and then releases.
 async fn warm_up(redis: &TestRedis, cut: &redlatch::LockClient, other: &redlatch::LockClient) {
     let warm = other.fair_mutex("warm").unwrap().lock().await.unwrap();
     let fair = cut.fair_mutex("warm").unwrap();
     let waiting = tokio::spawn(async move { fair.lock().await });
-    assert!(until_within(Duration::from_secs(10), || listened(redis, "warm")).await);
+    assert!(until_within(Duration::from_secs(10), || redis.listened("warm")).await);
     warm.unlock().await.unwrap();
     waiting.await.unwrap().unwrap().unlock().await.unwrap();
 }
@@ -265,7 +253,7 @@ async fn a_wait_dropped_after_a_lost_answer_gives_back_what_that_attempt_got() {
             // (the connection's response timeout, 500 ms): it waits on, and asks to be told
             // of the name. Its subscription's answer is held back too, so no attempt is in
             // flight until that times out in turn: it is dropped in between.
-            assert!(until_within(Duration::from_secs(10), || listened(&redis, name)).await);
+            assert!(until_within(Duration::from_secs(10), || redis.listened(name)).await);
             waiting.abort();
             assert!(waiting.await.unwrap_err().is_cancelled());
             proxy.set(Mode::Pass);
@@ -346,7 +334,7 @@ async fn a_carried_owner_asking_again_after_a_lost_answer_holds_once() {
             // Its first attempt took the free name and its answer was lost (the connection's
             // response timeout, 500 ms): it waits on, asks to be told of the name, and asks
             // again once the replies pass.
-            assert!(until_within(Duration::from_secs(10), || listened(&redis, name)).await);
+            assert!(until_within(Duration::from_secs(10), || redis.listened(name)).await);
             proxy.set(Mode::Pass);
             let guard = waiting.await.unwrap().unwrap();
             assert_eq!(holds(&other, name).await, 1, "{name}: one guard, one hold");

@@ -192,6 +192,16 @@ async fn mutexes_count_exactly_on_every_master() {
         });
         futures_util::future::join_all(runs).await;
         assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+        // No other request log: one per name at most (an early one may have expired).
+        let logs: Vec<String> = t
+            .cluster
+            .keys_matching(&format!("{}:*:once", t.prefix))
+            .unwrap();
+        let expected: Vec<String> = names
+            .iter()
+            .map(|n| format!("{}:once", t.lock_key(n)))
+            .collect();
+        assert!(logs.iter().all(|l| expected.contains(l)), "{logs:?}");
     })
     .await;
 }

@@ -186,8 +186,9 @@ async fn a_release_wakes_only_the_waiters_it_can_satisfy() {
             }));
             until(|| async { redis.queued(&holder, "wake").await == i + 1 }).await;
         }
-        // Once the waiters are quiet: one that queued before its client's subscription was up
-        // asks once more when it is.
+        // Once the waiters' client listens, and they are quiet: one that queued before its
+        // client's subscription was up asks once more when it is.
+        until(|| redis.listened("wake")).await;
         let before = redis.settle().await;
         p1.release().await.unwrap();
         until(|| async { acquired.load(Ordering::SeqCst) == 1 }).await;

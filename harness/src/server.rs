@@ -145,11 +145,8 @@ impl RedisServer {
             }
             // Another process may have taken the port between its choice and the bind (a
             // proxy, another test's server): the server that answers must be this child.
-            if ping(self.port) {
-                let own = self.child.as_ref().map(std::process::Child::id);
-                if own.is_some() && process_id(self.port) == own {
-                    return Ok(());
-                }
+            if ping(self.port) && self.answers_as_own() {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -158,6 +155,13 @@ impl RedisServer {
             "redis-server on port {} did not answer PING",
             self.port
         )))
+    }
+
+    /// Whether the server on the port is this one: its working directory is this server's own
+    /// (`CONFIG GET dir`; unique to it, and true of a wrapped binary too).
+    fn answers_as_own(&self) -> bool {
+        let own = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        config_dir(self.port).is_some_and(|dir| std::path::Path::new(&dir) == own)
     }
 
     /// The server's port.
@@ -231,24 +235,25 @@ pub(crate) fn free_port() -> u16 {
         .expect("bind a loopback port")
 }
 
-/// The `process_id` that the server on `port` reports (`INFO server`).
-fn process_id(port: u16) -> Option<u32> {
+/// The working directory of the server on `port` (`CONFIG GET dir`).
+fn config_dir(port: u16) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_millis(500)))
         .ok()?;
-    stream.write_all(b"INFO server\r\n").ok()?;
-    // A bulk string: `$<length>\r\n<text>\r\n`.
+    stream.write_all(b"CONFIG GET dir\r\n").ok()?;
+    // `*2`, then two bulk strings (`$<length>`, the text): `dir` and the path.
     let mut reader = std::io::BufReader::new(stream);
-    let mut header = String::new();
-    std::io::BufRead::read_line(&mut reader, &mut header).ok()?;
-    let length: usize = header.trim_end().strip_prefix('$')?.parse().ok()?;
-    let mut text = vec![0u8; length];
-    reader.read_exact(&mut text).ok()?;
-    String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|line| line.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
+    let mut line = || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).ok()?;
+        Some(line.trim_end().to_owned())
+    };
+    (line()? == "*2").then_some(())?;
+    line()?;
+    (line()? == "dir").then_some(())?;
+    line()?;
+    line()
 }
 
 pub(crate) fn ping(port: u16) -> bool {

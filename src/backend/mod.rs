@@ -63,8 +63,8 @@ pub(crate) trait Request: Sync {
     fn decode(&self, raw: Value) -> Result<Self::Reply>;
     /// The hold the request acts on, as its lock key and owner, where its calls must reach a
     /// server in the order they were made (an acquisition, then what undoes it): a Redlock
-    /// client sends such a call to a node once the call before it about the same hold has
-    /// finished there. `None` (the default): no order is kept.
+    /// client puts such a call on a node's connection once the call before it about the same
+    /// hold is on it. `None` (the default): no order is kept.
     fn hold(&self) -> Option<(&str, &str)> {
         None
     }

@@ -40,7 +40,8 @@ use crate::error::{Error, Result};
 const ECHO: Duration = Duration::from_secs(2);
 /// The most messages remembered at once.
 const ECHO_LIMIT: usize = 8192;
-/// How long a call to one node may run, answered or not, before it is given up.
+/// How long a call to one node may run, answered or not, before it is given up; and how long
+/// it may wait before, for the call before it about the same hold to be sent.
 const LINGER: Duration = Duration::from_secs(10);
 
 /// The independent servers of a Redlock client.
@@ -202,7 +203,7 @@ impl Link {
     }
 
     /// Completes once the call before this one about the hold is on the node's connection (at
-    /// once if there is none), or after [`LINGER`], the longest a call runs.
+    /// once if there is none), or after [`LINGER`] at the latest.
     async fn after_the_one_before(&mut self) {
         if let Some(mut before) = self.before.take() {
             // Nothing is ever sent on the channel: `changed` ends when its sender is dropped.

@@ -80,18 +80,22 @@ impl Master {
     }
 
     /// Listens to the sentinels' `+switch-master` announcements until `shutdown`'s sender is
-    /// dropped: on one sentinel at a time, the next one when it fails. Must be called inside a
-    /// tokio runtime.
+    /// dropped: on one sentinel at a time, the next one when it fails. An announcement made
+    /// between the two is not heard: once listening again, every connection checks the
+    /// master the sentinels name, as after an announcement. Must be called inside a tokio
+    /// runtime.
     pub(crate) fn watch(self: &std::sync::Arc<Self>, mut shutdown: watch::Receiver<()>) {
         let master = std::sync::Arc::clone(self);
         tokio::spawn(async move {
+            let mut gap = false;
             for sentinel in master.sentinels.iter().cycle() {
                 tokio::select! {
                     _ = shutdown.changed() => return,
-                    ended = master.listen(sentinel) => {
+                    ended = master.listen(sentinel, gap) => {
                         tracing::debug!(error = ?ended.err(), "sentinel announcements lost; trying the next sentinel");
                     }
                 }
+                gap = true;
                 tokio::select! {
                     _ = shutdown.changed() => return,
                     _ = tokio::time::sleep(NEXT_SENTINEL) => {}
@@ -105,7 +109,9 @@ impl Master {
     /// and the sentinel is asked for a `PING` every [`HEARTBEAT`], answered within as long. A
     /// sentinel gone without a word (its host down, a partition) would otherwise leave the
     /// client deaf to failovers, each then noticed only when requests to the old master fail.
-    async fn listen(&self, sentinel: &ConnectionInfo) -> RedisResult<()> {
+    ///
+    /// After a `gap` in listening, the failovers counted go up by one once subscribed.
+    async fn listen(&self, sentinel: &ConnectionInfo, gap: bool) -> RedisResult<()> {
         let subscribe = async {
             let mut pubsub = redis::Client::open(sentinel.clone())?
                 .get_async_pubsub()
@@ -117,6 +123,10 @@ impl Master {
             .await
             .map_err(|_| silent())??
             .split();
+        if gap {
+            tracing::debug!("listening to the sentinels again: connections check the master");
+            self.moves.send_modify(|n| *n = n.wrapping_add(1));
+        }
         let mut heartbeat =
             tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

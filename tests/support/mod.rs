@@ -120,6 +120,19 @@ impl TestRedis {
         std::time::Duration::from_millis(ends.saturating_sub(now))
     }
 
+    /// Whether a client listens to a wake-up channel of `name` (the name's own, or a client's
+    /// channel of it).
+    pub async fn listened(&self, name: &str) -> bool {
+        let mut conn = self.conn().await;
+        let active: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(format!("{}:wake*", self.lock_key(name)))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        !active.is_empty()
+    }
+
     /// Waits until a waiter's busy attempt has marked the plain mutex `name` (the lock
     /// string's wait field is `w`): its holder's release will publish.
     pub async fn marked(&self, name: &str) {
