@@ -155,3 +155,9 @@ pub use token::OwnerToken;
 
 /// The `deadpool-redis` this crate is built against, so the pool you pass matches.
 pub use deadpool_redis;
+
+/// The README's examples, compiled (and, where they do not say `no_run`, run) with the doc
+/// tests, so that what a newcomer copies from it builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
