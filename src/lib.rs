@@ -157,7 +157,13 @@ pub use token::OwnerToken;
 pub use deadpool_redis;
 
 /// The README's examples, compiled (and, where they do not say `no_run`, run) with the doc
-/// tests, so that what a newcomer copies from it builds.
-#[cfg(doctest)]
+/// tests, so that what a newcomer copies from it builds. They use every feature.
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "cluster",
+    feature = "sentinel",
+    feature = "metrics"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
