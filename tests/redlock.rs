@@ -200,7 +200,7 @@ async fn sixteen_tasks_over_four_clients_keep_exclusion_and_count_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_never_overtakes_the_acquisition_it_undoes() {
     const TASKS: usize = 16;
-    const CLIENTS: usize = 40;
+    const CLIENTS: usize = 80;
     within(Duration::from_secs(120), async {
         let nodes = Nodes::start(3).await;
         // Nodes 0 and 1 hold every name for owners of their own (a client of one server each);
