@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 const ECHO: Duration = Duration::from_secs(2);
 /// The most messages remembered at once.
 const ECHO_LIMIT: usize = 8192;
-/// How long a call to one node may run, answered or not, before it is given up; and how long
-/// it may wait before, for the call before it about the same hold to be sent.
+/// How long a call to one node may run, answered or not, before it is given up; also the
+/// longest it waits, before it is sent, for the call before it about the same hold.
 const LINGER: Duration = Duration::from_secs(10);
 
 /// The independent servers of a Redlock client.
