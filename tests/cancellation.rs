@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlatch_harness::proxy::Mode;
-use support::{TestRedis, until_within, within};
+use support::{TestRedis, until, until_within, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_cancelled_acquires_leave_the_lock_free_and_redis_clean() {
@@ -408,8 +408,11 @@ async fn a_carried_owners_id_outlasts_a_refused_connection() {
         // The woken waiter's attempt is granted, its reply lost; new connections are refused.
         proxy.lose_next_reply_then(Mode::Refuse);
         holder.unlock().await.unwrap();
-        // The outage (time is the point): attempts fail on the refused connection meanwhile.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The granted attempt's reply is lost; then the waiter asks again twice while new
+        // connections are refused (requests are counted when sent, answered or not).
+        until(|| async { proxy.replies_lost() == 1 }).await;
+        let at_loss = cut.requests();
+        until(|| async { cut.requests() >= at_loss + 2 }).await;
         assert_eq!(
             proxy.replies_lost(),
             1,
