@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::cluster::ClusterClientBuilder;
 use redlatch::{Error, LockClient};
 use redlatch_harness::cluster::{RedisCluster, slot};
-use redlatch_harness::proxy::Proxy;
+use redlatch_harness::proxy::{Mode, Proxy};
 use support::{unique, until, within};
 use tokio::sync::Mutex as LocalMutex;
 
@@ -62,6 +62,23 @@ impl TestCluster {
             }
         }
         names.into_iter().flatten().collect()
+    }
+
+    /// A name on master 0, and a proxy through which clients reach that master (it announces
+    /// the proxy's port).
+    async fn behind_proxy(&self, stem: &str) -> (String, Proxy) {
+        let name = self.names_on_every_master(stem).remove(0);
+        let master = self
+            .cluster
+            .owner(slot(&self.lock_key(&name)))
+            .expect("owner");
+        let port = self.cluster.nodes[master].server.port();
+        let proxy = Proxy::start(([127, 0, 0, 1], port).into())
+            .await
+            .expect("proxy");
+        tokio::task::block_in_place(|| self.cluster.announce(master, proxy.addr().port()))
+            .expect("announce");
+        (name, proxy)
     }
 
     /// A connection to the master serving `key`, for the test's own reads and writes.
@@ -615,11 +632,7 @@ async fn holds(client: &LockClient, name: &str) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_runs_twice_changes_the_hold_count_once() {
     let t = TestCluster::start(0);
-    let name = t.names_on_every_master("twice").remove(0);
-    let master = t.cluster.owner(slot(&t.lock_key(&name))).unwrap();
-    let port = t.cluster.nodes[master].server.port();
-    let proxy = Proxy::start(([127, 0, 0, 1], port).into()).await.unwrap();
-    tokio::task::block_in_place(|| t.cluster.announce(master, proxy.addr().port())).unwrap();
+    let (name, proxy) = t.behind_proxy("twice").await;
     // No renewals: the only replies through the proxy are the test's.
     let client = t.builder().watchdog(false).build().unwrap();
     let observer = t.client();
@@ -658,6 +671,145 @@ async fn a_request_that_runs_twice_changes_the_hold_count_once() {
         }
     })
     .await;
+}
+
+/// A connection to a master that stays open and says nothing (a half-open connection, as when
+/// a NAT or a load balancer forgets it; the master itself is fine) was kept: redis-rs keeps a
+/// connection whose request timed out and connects again only when one breaks, so every
+/// request to that master timed out, a hold's renewals with them, and the hold was lost. (The
+/// straight way to a master, which would make a connection of its own, is off here: the
+/// cluster asks for a password that only the cluster client has.) A request left unanswered
+/// is now sent again on a new connection: the hold is renewed, late, and kept, and the lock is
+/// released and taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_to_a_master_is_replaced() {
+    const PASSWORD: &str = "silent-pw";
+    let t = TestCluster::start(0);
+    let (name, proxy) = t.behind_proxy("silent").await;
+    let key = t.lock_key(&name);
+    let port = t.cluster.nodes[t.cluster.owner(slot(&key)).unwrap()]
+        .server
+        .port();
+    let password = async |url: String, from: &str, to: &str| {
+        let url = if from.is_empty() {
+            url
+        } else {
+            url.replacen("redis://", &format!("redis://:{from}@"), 1)
+        };
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(to)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        conn
+    };
+    let mut direct = None;
+    for node in &t.cluster.nodes {
+        let conn = password(node.server.url(), "", PASSWORD).await;
+        if node.server.port() == port {
+            direct = Some(conn);
+        }
+    }
+    let direct = direct.unwrap();
+    // Renewed every 5 s: renewals stuck for a whole lease lose it.
+    let client =
+        LockClient::cluster_builder(ClusterClientBuilder::new(t.cluster.urls()).password(PASSWORD))
+            .key_prefix(&t.prefix)
+            .default_lease(Duration::from_secs(15))
+            .build()
+            .unwrap();
+    within(LIMIT, async {
+        let pttl = || {
+            let (mut conn, key) = (direct.clone(), key.clone());
+            async move {
+                redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        };
+        let guard = client.mutex(&name).unwrap().lock().await.unwrap();
+        proxy.set(Mode::Strand);
+        // A renewal is late (they keep at least 10 s left while they are answered), then one
+        // gets through (the lease goes up again) before the lease is over.
+        until(|| async { pttl().await < 9_000 }).await;
+        let last = std::sync::atomic::AtomicI64::new(0);
+        until(|| async {
+            let left = pttl().await;
+            last.store(left, std::sync::atomic::Ordering::Relaxed);
+            !(0..=11_000).contains(&left)
+        })
+        .await;
+        let last = last.into_inner();
+        assert!(last > 11_000, "the lease ran out unrenewed (PTTL {last})");
+        assert!(guard.is_held());
+        guard.unlock().await.unwrap();
+        client
+            .mutex(&name)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        assert_eq!(pttl().await, -2, "the lock key is left");
+    })
+    .await;
+    for node in &t.cluster.nodes {
+        password(node.server.url(), PASSWORD, "").await;
+    }
+    assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+}
+
+/// A client's subscription connection to a master that stays open and says nothing (the
+/// master itself fine) kept its waiters deaf: a release there was never heard, and a waiter
+/// waited for the holder's lease (60 s here). The subscription now asks every master for a
+/// `PING` every 10 s and, unanswered, moves to a new connection, its waiters trying meanwhile:
+/// the waiter gets the lock well within the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_subscription_goes_silent_still_gets_the_lock() {
+    let t = TestCluster::start(0);
+    let (name, proxy) = t.behind_proxy("deaf").await;
+    let lease = Duration::from_secs(60);
+    let holding = t.builder().default_lease(lease).build().unwrap();
+    let waiting = t.client();
+    let observer = t.client();
+    within(LIMIT, async {
+        let holder = holding.fair_mutex(&name).unwrap().lock().await.unwrap();
+        let fair = waiting.fair_mutex(&name).unwrap();
+        let waiter = tokio::spawn(async move { fair.lock_timeout(lease / 2).await });
+        // Queued, and listening (its channel subscribed through the proxy).
+        until(|| async { observer.inspect(&name).await.unwrap().waiters.len() == 1 }).await;
+        let direct = t.conn_for(&t.lock_key(&name)).await;
+        until(|| async {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("SHARDCHANNELS")
+                .arg(format!("{}:wake*", t.lock_key(&name)))
+                .query_async(&mut direct.clone())
+                .await
+                .unwrap();
+            !channels.is_empty()
+        })
+        .await;
+        proxy.set(Mode::Strand);
+        holder.unlock().await.unwrap();
+        let got = waiter
+            .await
+            .unwrap()
+            .expect("the waiter gets the lock within half the holder's lease");
+        got.unlock().await.unwrap();
+    })
+    .await;
+    assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
 }
 
 /// A master that hangs (its connections stay open and silent, as on a host that froze) is

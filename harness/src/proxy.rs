@@ -1,7 +1,8 @@
 //! A TCP proxy for fault injection, put between a client and a server on loopback: added
 //! latency with jitter, replies held back and delivered later, a blackhole, a reset after the
-//! request was sent, refused connections. The mode is switched while a test runs and applies to
-//! every connection through the proxy, open or new. No root and no network namespace: just a
+//! request was sent, refused connections, connections left open and silent. The mode is
+//! switched while a test runs and applies to every connection through the proxy, open or new
+//! (but [`Mode::Strand`], which tells them apart). No root and no network namespace: just a
 //! listener on a free loopback port.
 //!
 //! Bytes are never lost or reordered within a connection: what a mode holds back is delivered,
@@ -11,7 +12,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +43,9 @@ pub enum Mode {
     ResetReplies,
     /// New connections are reset at once; open ones pass.
     Refuse,
+    /// The connections open when this mode was set carry nothing either way and stay open (a
+    /// half-open connection, as when a NAT or a load balancer forgets it); new ones pass.
+    Strand,
 }
 
 /// A running proxy. Dropping it closes every connection through it.
@@ -55,6 +59,9 @@ pub struct Proxy {
     then: Arc<std::sync::Mutex<Option<Mode>>>,
     /// How many connections were reset for an armed reply.
     resets: watch::Sender<u64>,
+    /// How many times [`Mode::Strand`] was set: a connection opened before the last time is
+    /// stranded.
+    strands: Arc<AtomicU64>,
     _stop: watch::Sender<()>,
 }
 
@@ -74,19 +81,28 @@ impl Proxy {
         let armed = Arc::new(AtomicBool::new(false));
         let (resets, _) = watch::channel(0);
         let then = Arc::new(std::sync::Mutex::new(None));
+        let strands = Arc::new(AtomicU64::new(0));
         let shot = Shot {
             armed: Arc::clone(&armed),
             resets: resets.clone(),
             then: Arc::clone(&then),
             mode: Arc::clone(&mode),
         };
-        tokio::spawn(accept(listener, upstream, mode_rx, stop_rx, shot));
+        tokio::spawn(accept(
+            listener,
+            upstream,
+            mode_rx,
+            stop_rx,
+            shot,
+            Arc::clone(&strands),
+        ));
         Ok(Self {
             local,
             mode,
             armed,
             then,
             resets,
+            strands,
             _stop: stop,
         })
     }
@@ -124,6 +140,9 @@ impl Proxy {
 
     /// Switches every connection, open and new, to `mode`.
     pub fn set(&self, mode: Mode) {
+        if mode == Mode::Strand {
+            self.strands.fetch_add(1, Ordering::SeqCst);
+        }
         self.mode.send_replace(mode);
     }
 
@@ -149,6 +168,7 @@ async fn accept(
     mode: watch::Receiver<Mode>,
     mut stop: watch::Receiver<()>,
     shot: Shot,
+    strands: Arc<AtomicU64>,
 ) {
     loop {
         let client = tokio::select! {
@@ -164,13 +184,36 @@ async fn accept(
             continue;
         }
         let (mode, stop, shot) = (mode.clone(), stop.clone(), shot.clone());
+        let stranded = Stranded {
+            born: strands.load(Ordering::SeqCst),
+            strands: Arc::clone(&strands),
+        };
         tokio::spawn(async move {
             if let Ok(server) = TcpStream::connect(upstream).await {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                carry(client, server, mode, stop, shot).await;
+                carry(client, server, mode, stop, shot, stranded).await;
             }
         });
+    }
+}
+
+/// Whether a connection is one that [`Mode::Strand`] strands.
+struct Stranded {
+    /// How many times the mode had been set when the connection was opened.
+    born: u64,
+    strands: Arc<AtomicU64>,
+}
+
+impl Stranded {
+    /// The mode that applies to this connection: under [`Mode::Strand`], a blackhole if it was
+    /// open when the mode was last set, else a pass.
+    fn mode(&self, mode: Mode) -> Mode {
+        match mode {
+            Mode::Strand if self.born < self.strands.load(Ordering::SeqCst) => Mode::Blackhole,
+            Mode::Strand => Mode::Pass,
+            other => other,
+        }
     }
 }
 
@@ -229,13 +272,14 @@ async fn carry(
     mut mode: watch::Receiver<Mode>,
     mut stop: watch::Receiver<()>,
     shot: Shot,
+    stranded: Stranded,
 ) {
     let (mut up, mut down) = (Queue::default(), Queue::default());
     let (mut buf_c, mut buf_s) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
     let (mut client_open, mut server_open) = (true, true);
     loop {
         let now = Instant::now();
-        let current = *mode.borrow();
+        let current = stranded.mode(*mode.borrow());
         if current == Mode::ResetReplies && !down.chunks.is_empty() {
             // A reply came: the client never gets it.
             let _ = client.set_zero_linger();
@@ -370,5 +414,21 @@ mod tests {
         proxy.set(Mode::Pass);
         let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(round_trip(&mut again, b"back").await.unwrap(), b"back");
+
+        // Stranded: the open connection says nothing and stays open; a new one passes, until
+        // the mode is set again.
+        proxy.set(Mode::Strand);
+        again.write_all(b"lost").await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(100), again.read_exact(&mut four));
+        assert!(waited.await.is_err(), "a stranded connection answered");
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut fresh, b"new!").await.unwrap(), b"new!");
+        proxy.set(Mode::Strand);
+        fresh.write_all(b"gone").await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(100), fresh.read_exact(&mut four));
+        assert!(
+            waited.await.is_err(),
+            "a connection stranded again answered"
+        );
     }
 }

@@ -10,7 +10,14 @@
 //! unsubscribes a channel by itself when its slot moves away: that channel's waiters are woken
 //! (their next script call follows the redirect) and the channel is subscribed again, now on the
 //! new owner. A lost connection to any node wakes every waiter, and every wanted channel is
-//! subscribed again.
+//! subscribed again; so does a master that leaves a `PING`, sent to every master every 10 s
+//! while any channel is wanted, unanswered for 2 s.
+//!
+//! redis-rs connects to a node again only when its connection breaks: a request that times out
+//! leaves the connection in place. One that stays open and says nothing (a NAT or a load
+//! balancer that forgot it) is given up by redlatch: a request that times out is sent once
+//! more, with its request id, on a new cluster connection, and the subscription moves to a new
+//! one when its `PING` goes unanswered.
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -23,13 +30,19 @@ use tokio::sync::{mpsc, watch};
 use super::Request;
 use super::script::{By, Publish, Script, by_source};
 use super::slots::{Short, Slots};
-use super::subscription::{Listener, Requests, pause};
+use super::subscription::{HEARTBEAT, HEARTBEAT_ANSWER, Listener, Requests, pause};
 use crate::error::Result;
 
 /// How often channels without waiters are looked for, to be unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// How long after a failed subscription it is tried again.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(50);
+
+/// How long a request may go unanswered the long way before its connection is taken for a
+/// silent one and the request is sent again on a new connection, if redis-rs has not given up
+/// on it before: redis-rs's own response timeout
+/// ([`CLUSTER_RESPONSE_TIMEOUT`](super::CLUSTER_RESPONSE_TIMEOUT)), and a margin.
+const SILENT: Duration = super::CLUSTER_RESPONSE_TIMEOUT.saturating_add(Duration::from_millis(500));
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -64,7 +77,9 @@ pub(crate) enum Source {
 pub(crate) struct Connector {
     source: Source,
     scripts: Vec<&'static Script>,
-    conn: StdMutex<Option<ClusterConnection>>,
+    /// The connection and the number it was made as (the count of connections made).
+    conn: StdMutex<Option<(ClusterConnection, u64)>>,
+    made: std::sync::atomic::AtomicU64,
     connecting: tokio::sync::Mutex<()>,
 }
 
@@ -86,21 +101,28 @@ impl Connector {
             source,
             scripts,
             conn: StdMutex::new(None),
+            made: std::sync::atomic::AtomicU64::new(0),
             connecting: tokio::sync::Mutex::new(()),
         })
     }
 
-    fn cached(&self) -> Option<ClusterConnection> {
+    fn cached(&self) -> Option<(ClusterConnection, u64)> {
         self.conn.lock().ok().and_then(|c| c.clone())
     }
 
-    fn forget(&self) {
-        if let Ok(mut slot) = self.conn.lock() {
+    /// Drops connection number `made` (see [`get`](Self::get)) if it is still the one in use:
+    /// the next request makes a new one. (Callers that find the same connection failed forget
+    /// it once, not the one made after it.)
+    fn forget(&self, made: u64) {
+        if let Ok(mut slot) = self.conn.lock()
+            && slot.as_ref().is_some_and(|(_, n)| *n == made)
+        {
             slot.take();
         }
     }
 
-    async fn get(&self) -> Result<ClusterConnection> {
+    /// The connection in use, made first if there is none, and its number.
+    async fn get(&self) -> Result<(ClusterConnection, u64)> {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
@@ -120,10 +142,14 @@ impl Connector {
             let _: redis::RedisResult<Value> =
                 script.load(Publish::Sharded).query_async(&mut conn).await;
         }
+        let made = self
+            .made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1);
         if let Ok(mut slot) = self.conn.lock() {
-            *slot = Some(conn.clone());
+            *slot = Some((conn.clone(), made));
         }
-        Ok(conn)
+        Ok((conn, made))
     }
 }
 
@@ -176,21 +202,51 @@ impl Node {
                 Short::Long => {}
             }
         }
-        let mut conn = self.connector.get().await?;
-        self.slots.read_map(&conn);
-        let reply = match cmd.query_async(&mut conn).await {
-            Err(err) if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                by_source(&cmd, source).query_async(&mut conn).await
+        // A connection found silent is given up, and the same command sent once more on a
+        // new one (with its request id: a script that ran already is not run again).
+        let mut again = true;
+        loop {
+            let (mut conn, made) = self.connector.get().await?;
+            self.slots.read_map(&conn);
+            let call = async {
+                match cmd.query_async(&mut conn).await {
+                    Err(err)
+                        if by_hash
+                            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        by_hash = false;
+                        by_source(&cmd, source).query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            };
+            let reply = tokio::time::timeout(SILENT, call)
+                .await
+                .unwrap_or_else(|_| Err(silent()));
+            if reply.as_ref().is_err_and(redis::RedisError::is_timeout) {
+                tracing::debug!("a cluster node left a request unanswered, connecting again");
+                self.connector.forget(made);
+                if std::mem::take(&mut again) {
+                    continue;
+                }
             }
-            other => other,
-        };
-        reply.map_err(|err| {
-            if err.is_unrecoverable_error() {
-                self.connector.forget();
-            }
-            err.into()
-        })
+            return reply.map_err(|err| {
+                if err.is_unrecoverable_error() {
+                    self.connector.forget(made);
+                }
+                err.into()
+            });
+        }
     }
+}
+
+/// The error of a request left unanswered for [`SILENT`].
+fn silent() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "a cluster node left the request unanswered",
+    )
+    .into()
 }
 
 /// Runs the sharded subscription over `connector`'s connection, whose client sends its pushes
@@ -258,6 +314,16 @@ fn subscribe(
     });
 }
 
+/// Whether every master answers a `PING` on `conn` in time (RESP3: allowed while subscribed).
+async fn alive(conn: &ClusterConnection) -> bool {
+    let mut conn = conn.clone();
+    let ping = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(HEARTBEAT_ANSWER, ping.query_async::<Value>(&mut conn)).await,
+        Ok(Ok(_))
+    )
+}
+
 async fn run(
     connector: Arc<Connector>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
@@ -273,7 +339,7 @@ async fn run(
             _ = shutdown.changed() => return,
             conn = connector.get() => conn,
         };
-        let conn = match conn {
+        let (conn, made) = match conn {
             Ok(conn) => conn,
             Err(err) => {
                 tracing::debug!(error = %err, "cluster unavailable, waiters poll");
@@ -303,9 +369,20 @@ async fn run(
         retry = Duration::from_millis(10);
         listener.connected(&names);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
+                _ = heartbeat.tick() => {
+                    if !listener.channels().is_empty() && !alive(&conn).await {
+                        // redis-rs keeps a connection that is open and silent: a new one.
+                        tracing::debug!("a cluster node did not answer a PING");
+                        connector.forget(made);
+                        break;
+                    }
+                }
                 push = pushes.recv() => {
                     let Some(push) = push else { return };
                     let channel = text(push.data.first());
