@@ -397,14 +397,23 @@ async fn a_carried_owners_id_outlasts_a_refused_connection() {
             .key_prefix(&redis.prefix)
             .build()
             .unwrap();
-        let other = redis.client();
+        // A short lease: a waiter whose busy answer is the one lost (its second attempt's,
+        // still on its way when the loss is armed) waits for the holder's lease, not 30 s.
+        let other = redis
+            .builder()
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .unwrap();
         let holder = other.mutex("refused").unwrap().lock().await.unwrap();
         let owner = redlatch::OwnerToken::new();
         let waiting = {
             let cut = cut.clone();
             tokio::spawn(async move { cut.mutex("refused").unwrap().lock_as(&owner).await })
         };
+        // Its first attempt marked the lock; it subscribed and tried once more.
         redis.marked("refused").await;
+        until(|| redis.listened("refused")).await;
+        until(|| async { cut.requests() >= 2 }).await;
         // The woken waiter's attempt is granted, its reply lost; new connections are refused.
         proxy.lose_next_reply_then(Mode::Refuse);
         holder.unlock().await.unwrap();

@@ -15,9 +15,9 @@
 //!
 //! redis-rs connects to a node again only when its connection breaks: a request that times out
 //! leaves the connection in place. One that stays open and says nothing (a NAT or a load
-//! balancer that forgot it) is given up by redlatch: a request that times out is sent once
-//! more, with its request id, on a new cluster connection, and the subscription moves to a new
-//! one when its `PING` goes unanswered.
+//! balancer that forgot it) is given up by redlatch: after a request times out, the next one
+//! goes on a new cluster connection (the caller's retry, the watchdog's next renewal), and the
+//! subscription moves to a new one when its `PING` goes unanswered.
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -37,12 +37,6 @@ use crate::error::Result;
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// How long after a failed subscription it is tried again.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(50);
-
-/// How long a request may go unanswered the long way before its connection is taken for a
-/// silent one and the request is sent again on a new connection, if redis-rs has not given up
-/// on it before: redis-rs's own response timeout
-/// ([`CLUSTER_RESPONSE_TIMEOUT`](super::CLUSTER_RESPONSE_TIMEOUT)), and a margin.
-const SILENT: Duration = super::CLUSTER_RESPONSE_TIMEOUT.saturating_add(Duration::from_millis(500));
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -130,18 +124,25 @@ impl Connector {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
-        let mut conn = match &self.source {
+        let conn = match &self.source {
             Source::Client(client) => client.get_async_connection().await?,
             Source::Pool(pool) => {
                 deadpool_redis::cluster::Connection::take(Box::pin(pool.get()).await?)
             }
         };
-        // `SCRIPT LOAD` goes to every node. A failed load costs nothing: a call by hash falls
+        // `SCRIPT LOAD` goes to every node, in the background: a node that does not answer
+        // must not hold up the requests that wait for the connection (each load would wait
+        // out the response timeout). A call that comes first, or after a failed load, falls
         // back to the source.
-        for script in &self.scripts {
-            let _: redis::RedisResult<Value> =
-                script.load(Publish::Sharded).query_async(&mut conn).await;
-        }
+        let (scripts, mut loading) = (self.scripts.clone(), conn.clone());
+        tokio::spawn(async move {
+            for script in scripts {
+                let _: redis::RedisResult<Value> = script
+                    .load(Publish::Sharded)
+                    .query_async(&mut loading)
+                    .await;
+            }
+        });
         let made = self
             .made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -202,51 +203,24 @@ impl Node {
                 Short::Long => {}
             }
         }
-        // A connection found silent is given up, and the same command sent once more on a
-        // new one (with its request id: a script that ran already is not run again).
-        let mut again = true;
-        loop {
-            let (mut conn, made) = self.connector.get().await?;
-            self.slots.read_map(&conn);
-            let call = async {
-                match cmd.query_async(&mut conn).await {
-                    Err(err)
-                        if by_hash
-                            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-                    {
-                        by_hash = false;
-                        by_source(&cmd, source).query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-            };
-            let reply = tokio::time::timeout(SILENT, call)
-                .await
-                .unwrap_or_else(|_| Err(silent()));
-            if reply.as_ref().is_err_and(redis::RedisError::is_timeout) {
-                tracing::debug!("a cluster node left a request unanswered, connecting again");
-                self.connector.forget(made);
-                if std::mem::take(&mut again) {
-                    continue;
-                }
+        let (mut conn, made) = self.connector.get().await?;
+        self.slots.read_map(&conn);
+        let reply = match cmd.query_async(&mut conn).await {
+            Err(err) if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                by_source(&cmd, source).query_async(&mut conn).await
             }
-            return reply.map_err(|err| {
-                if err.is_unrecoverable_error() {
-                    self.connector.forget(made);
-                }
-                err.into()
-            });
-        }
+            other => other,
+        };
+        reply.map_err(|err| {
+            // A timeout: redis-rs would keep the connection (it connects to a node again only
+            // when its connection breaks), and one that is open and silent would time out every
+            // request to that node. The next request goes on a new one.
+            if err.is_unrecoverable_error() || err.is_timeout() {
+                self.connector.forget(made);
+            }
+            err.into()
+        })
     }
-}
-
-/// The error of a request left unanswered for [`SILENT`].
-fn silent() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "a cluster node left the request unanswered",
-    )
-    .into()
 }
 
 /// Runs the sharded subscription over `connector`'s connection, whose client sends its pushes
@@ -314,14 +288,16 @@ fn subscribe(
     });
 }
 
-/// Whether every master answers a `PING` on `conn` in time (RESP3: allowed while subscribed).
-async fn alive(conn: &ClusterConnection) -> bool {
+/// Whether a master leaves a `PING` on `conn` (sent to every master; RESP3 allows it while
+/// subscribed) unanswered for [`HEARTBEAT_ANSWER`]. Another failure (a master down) is not
+/// silence: the lost connection's own notice, or the failed subscriptions, deal with it.
+async fn silent(conn: &ClusterConnection) -> bool {
     let mut conn = conn.clone();
     let ping = redis::cmd("PING");
-    matches!(
-        tokio::time::timeout(HEARTBEAT_ANSWER, ping.query_async::<Value>(&mut conn)).await,
-        Ok(Ok(_))
-    )
+    match tokio::time::timeout(HEARTBEAT_ANSWER, ping.query_async::<Value>(&mut conn)).await {
+        Err(_) => true,
+        Ok(reply) => reply.is_err_and(|err| err.is_timeout()),
+    }
 }
 
 async fn run(
@@ -376,7 +352,7 @@ async fn run(
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = heartbeat.tick() => {
-                    if !listener.channels().is_empty() && !alive(&conn).await {
+                    if !listener.channels().is_empty() && silent(&conn).await {
                         // redis-rs keeps a connection that is open and silent: a new one.
                         tracing::debug!("a cluster node did not answer a PING");
                         connector.forget(made);
