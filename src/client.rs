@@ -507,6 +507,10 @@ impl LockClient {
     ///
     /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] or [`Error::Layout`] if
     /// the name's keys hold data redlatch did not write (it is left alone); connection errors.
+    /// A connection error may come after the script ran: [`inspect`](Self::inspect) before
+    /// calling again, since a second call also ends the holds taken in between. redlatch never
+    /// sends it again by itself, but on a Redis Cluster redis-rs does, when a node's connection
+    /// breaks while the call is on it.
     ///
     /// # Cancel safety
     ///

@@ -821,6 +821,97 @@ async fn a_waiter_whose_subscription_goes_silent_still_gets_the_lock() {
     assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
 }
 
+/// Found by review: a forced unlock sent straight to its master whose reply was lost (it ran)
+/// was sent again through the cluster connection, and its second run ended the hold another
+/// client had taken in between. It is now never sent again by redlatch: its caller gets the
+/// connection error, and the new hold stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_whose_reply_is_lost_is_not_sent_again() {
+    let t = TestCluster::start(0);
+    let (name, proxy) = t.behind_proxy("forced").await;
+    let key = t.lock_key(&name);
+    let admin = t.client();
+    within(LIMIT, async {
+        let stuck = admin.mutex(&name).unwrap().lock().await.unwrap();
+        // The admin's straight connection to the master is made: a RESP2 one (its cluster
+        // connections speak RESP3), other than this test's own; and its cluster connection's
+        // scripts are loaded (one `SCRIPT LOAD` after another, in the background): none more
+        // while it makes a request. Then the next reply through the proxy is the forced
+        // unlock's.
+        let mut direct = t.conn_for(&key).await;
+        let mine: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut direct)
+            .await
+            .unwrap();
+        let loads = || {
+            let mut direct = direct.clone();
+            async move {
+                let stats: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query_async(&mut direct)
+                    .await
+                    .unwrap();
+                stats
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cmdstat_script|load:calls="))
+                    .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                    .unwrap_or(0)
+            }
+        };
+        until(|| async {
+            let before = loads().await;
+            admin.inspect(&name).await.unwrap();
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut direct.clone())
+                .await
+                .unwrap();
+            let straight = clients
+                .lines()
+                .any(|l| l.contains(" resp=2") && !l.starts_with(&format!("id={mine} ")));
+            straight && before > 0 && loads().await == before
+        })
+        .await;
+        // Another process, straight to the master, takes the name as soon as it is free.
+        let url = t.cluster.owner_url(&key).unwrap();
+        let pool = deadpool_redis::Config::from_url(url.as_str())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        let other = LockClient::builder(pool, url.as_str())
+            .key_prefix(&t.prefix)
+            .build()
+            .unwrap();
+        proxy.lose_next_reply_then(Mode::Blackhole);
+        let forced = {
+            let (admin, name) = (admin.clone(), name.clone());
+            tokio::spawn(async move { admin.force_unlock(&name).await })
+        };
+        let taken = {
+            let mutex = other.mutex(&name).unwrap();
+            let taken = std::sync::Mutex::new(None);
+            until(|| async {
+                let got = mutex.try_lock().await.unwrap();
+                let found = got.is_some();
+                *taken.lock().unwrap() = got;
+                found
+            })
+            .await;
+            taken.into_inner().unwrap().unwrap()
+        };
+        proxy.set(Mode::Pass);
+        let forced = forced.await.unwrap();
+        assert!(forced.is_err(), "the lost reply was sent again: {forced:?}");
+        let holders = other.inspect(&name).await.unwrap().holders;
+        assert_eq!(holders.len(), 1, "the new hold was ended: {holders:?}");
+        assert!(taken.is_held());
+        taken.unlock().await.unwrap();
+        drop(stuck);
+    })
+    .await;
+    assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
+}
+
 /// A master that hangs (its connections stay open and silent, as on a host that froze) is
 /// failed over to its replica. A client that listened to the cluster before still serves a new
 /// waiter there: the subscription the hung node cannot confirm leaves the waiter polling, not

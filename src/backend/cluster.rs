@@ -191,7 +191,7 @@ impl Node {
         let (mut cmd, source) = request.call(by).into_parts();
         let mut by_hash = true;
         if let Some(slot) = first_key_slot(&cmd) {
-            match self.slots.send(slot, &cmd).await {
+            match self.slots.send(slot, &cmd, request.resendable()).await {
                 // The master does not have the script (a new master): its source, the long way.
                 Short::Done(Err(err))
                     if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>

@@ -68,6 +68,13 @@ pub(crate) trait Request: Sync {
     fn hold(&self) -> Option<(&str, &str)> {
         None
     }
+    /// Whether the request may be sent again when its answer was lost and it may have run:
+    /// true (the default) where a second run has the effect of one (a read, an expiry set
+    /// again, a script that answers a repeat from its request log); false where it could undo
+    /// what happened in between (a forced unlock would end a hold taken since its first run).
+    fn resendable(&self) -> bool {
+        true
+    }
 }
 
 /// A typed request sent as plain commands, pipelined in one round trip, without a script:

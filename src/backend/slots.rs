@@ -7,8 +7,9 @@
 //! reach) goes the long way; so does one that a master redirects (`MOVED`, `ASK`), asks to wait
 //! (`TRYAGAIN`, `CLUSTERDOWN`, ...), or whose reply is lost, and the map is read again. A
 //! request that may have run is sent the long way as the very same command, with the same
-//! request id, so a script that changes hold counts still runs once. A master that asks for a
-//! password the short way does not have turns the shortcut off for good.
+//! request id, so a script that changes hold counts still runs once; one that a second run
+//! could harm (a forced unlock) is not sent again: its caller gets the error. A master that
+//! asks for a password the short way does not have turns the shortcut off for good.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,8 +151,9 @@ impl Slots {
         Some(conn)
     }
 
-    /// Sends `cmd`, keyed in `slot`, straight to the master that serves it, if known.
-    pub(crate) async fn send(&self, slot: u16, cmd: &redis::Cmd) -> Short {
+    /// Sends `cmd`, keyed in `slot`, straight to the master that serves it, if known. A reply
+    /// lost on the way is the caller's error, not a [`Short::Long`], unless `resendable`.
+    pub(crate) async fn send(&self, slot: u16, cmd: &redis::Cmd, resendable: bool) -> Short {
         if self.off.load(Ordering::Relaxed) {
             return Short::Long;
         }
@@ -175,7 +177,11 @@ impl Slots {
             }
             Err(err) if lost(&err) => {
                 self.forget(Some(&addr));
-                Short::Long
+                if resendable {
+                    Short::Long
+                } else {
+                    Short::Done(Err(err))
+                }
             }
             Err(err) => Short::Done(Err(err)),
         }

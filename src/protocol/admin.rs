@@ -57,6 +57,10 @@ impl Request for ForceUnlock<'_> {
         call
     }
 
+    fn resendable(&self) -> bool {
+        false
+    }
+
     fn decode(&self, raw: Value) -> Result<ForceUnlocked> {
         let keys = self.keys.queued();
         let raw = match raw {
