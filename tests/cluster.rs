@@ -755,10 +755,7 @@ async fn a_silent_connection_to_a_master_is_replaced() {
             "the lease ran out unrenewed (lowest PTTL {low} ms)"
         );
         // The renewal was late: the silent connection held it up.
-        assert!(
-            low < 10_000,
-            "no renewal was held up (lowest PTTL {low} ms)"
-        );
+        assert!(low < 9_000, "no renewal was held up (lowest PTTL {low} ms)");
         assert!(guard.is_held());
         guard.unlock().await.unwrap();
         client
@@ -835,9 +832,8 @@ async fn a_forced_unlock_whose_reply_is_lost_is_not_sent_again() {
         let stuck = admin.mutex(&name).unwrap().lock().await.unwrap();
         // The admin's straight connection to the master is made: a RESP2 one (its cluster
         // connections speak RESP3), other than this test's own; and its cluster connection's
-        // scripts are loaded (one `SCRIPT LOAD` after another, in the background): none more
-        // while it makes a request. Then the next reply through the proxy is the forced
-        // unlock's.
+        // script loads are over (none more while it makes a request). Then the next reply
+        // through the proxy is the forced unlock's.
         let mut direct = t.conn_for(&key).await;
         let mine: i64 = redis::cmd("CLIENT")
             .arg("ID")

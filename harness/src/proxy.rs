@@ -44,7 +44,8 @@ pub enum Mode {
     /// New connections are reset at once; open ones pass.
     Refuse,
     /// The connections open when this mode was set carry nothing either way and stay open (a
-    /// half-open connection, as when a NAT or a load balancer forgets it); new ones pass.
+    /// half-open connection, as when a NAT or a load balancer forgets it); new ones pass. Any
+    /// later mode applies to them again (and delivers what they held).
     Strand,
 }
 

@@ -38,6 +38,10 @@ const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// How long after a failed subscription it is tried again.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(50);
 
+/// How long a new cluster connection's script loads may take before requests go on without
+/// them (they then send a script's source where a node lacks it).
+const LOAD_LIMIT: Duration = Duration::from_millis(500);
+
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
 
@@ -66,8 +70,8 @@ pub(crate) enum Source {
     Pool(deadpool_redis::cluster::Pool),
 }
 
-/// One cluster connection, made on first use (and again after an unrecoverable failure), with
-/// every script loaded on every node.
+/// One cluster connection, made on first use (and again after an unrecoverable failure or a
+/// timeout), with every script loaded on every node (for [`LOAD_LIMIT`] at most).
 pub(crate) struct Connector {
     source: Source,
     scripts: Vec<&'static Script>,
@@ -130,19 +134,18 @@ impl Connector {
                 deadpool_redis::cluster::Connection::take(Box::pin(pool.get()).await?)
             }
         };
-        // `SCRIPT LOAD` goes to every node, in the background: a node that does not answer
-        // must not hold up the requests that wait for the connection (each load would wait
-        // out the response timeout). A call that comes first, or after a failed load, falls
-        // back to the source.
-        let (scripts, mut loading) = (self.scripts.clone(), conn.clone());
-        tokio::spawn(async move {
-            for script in scripts {
-                let _: redis::RedisResult<Value> = script
-                    .load(Publish::Sharded)
-                    .query_async(&mut loading)
-                    .await;
+        // `SCRIPT LOAD` goes to every node, all scripts at once and for `LOAD_LIMIT` at most:
+        // a node that does not answer holds up the requests that wait for the connection that
+        // long, not a response timeout per script. A failed load costs nothing: a call by
+        // hash falls back to the source.
+        let loads = self.scripts.iter().map(|script| {
+            let mut conn = conn.clone();
+            async move {
+                let _: redis::RedisResult<Value> =
+                    script.load(Publish::Sharded).query_async(&mut conn).await;
             }
         });
+        let _ = tokio::time::timeout(LOAD_LIMIT, futures_util::future::join_all(loads)).await;
         let made = self
             .made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -181,8 +184,9 @@ impl Node {
 
     /// Runs a script by its SHA1, or by its source on a node that does not have it cached, and
     /// returns its raw reply: straight to the master that serves its keys when the slot map is
-    /// known, else (and when that master redirects, asks to wait or loses the reply) through
-    /// the cluster connection, with the same command.
+    /// known, else (and when that master redirects, asks to wait or loses the reply, unless
+    /// the request is not [resendable](Request::resendable)) through the cluster connection,
+    /// with the same command.
     pub(crate) async fn invoke<R: Request>(&self, request: &R) -> Result<Value> {
         let by = By::hash(Publish::Sharded);
         // The same command by source (`EVAL`) where a node lacks the script: with the same

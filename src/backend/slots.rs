@@ -29,8 +29,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) enum Short {
     /// Its reply.
     Done(redis::RedisResult<Value>),
-    /// Not sent, or not run (a redirect, a wait), or maybe run (a lost reply): send the same
-    /// command the long way.
+    /// Not sent, or not run (a redirect, a wait), or maybe run (a lost reply of a resendable
+    /// request): send the same command the long way.
     Long,
 }
 
