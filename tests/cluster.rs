@@ -679,9 +679,11 @@ async fn a_request_that_runs_twice_changes_the_hold_count_once() {
 /// connection whose request timed out and connects again only when one breaks, so every
 /// request to that master timed out, a hold's renewals with them, and the hold was lost. (The
 /// straight way to a master, which would make a connection of its own, is off here: the
-/// cluster asks for a password that only the cluster client has.) After a request times out,
-/// the next one now goes on a new connection: the hold is renewed, late, and kept, and the lock
-/// is released and taken again.
+/// cluster asks for a password that only the cluster client has.) A deadpool pool's cluster
+/// client has no response timeout at all: its requests waited for ever. After a request times
+/// out (redlatch's own 2 s limit on a pool's), the next one now goes on a new connection: the
+/// hold is renewed, late, and kept, and the lock is released and taken again, with a client of
+/// each kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_to_a_master_is_replaced() {
     const PASSWORD: &str = "silent-pw";
@@ -720,54 +722,78 @@ async fn a_silent_connection_to_a_master_is_replaced() {
     }
     let direct = direct.unwrap();
     // Renewed every 5 s: renewals stuck for a whole lease lose it.
-    let client =
+    let lease = Duration::from_secs(15);
+    let built = || {
         LockClient::cluster_builder(ClusterClientBuilder::new(t.cluster.urls()).password(PASSWORD))
             .key_prefix(&t.prefix)
-            .default_lease(Duration::from_secs(15))
+            .default_lease(lease)
             .build()
+            .unwrap()
+    };
+    // The pool has the password, the seeds (for the straight way and the subscription) not.
+    let pooled = || {
+        let urls = t
+            .cluster
+            .urls()
+            .into_iter()
+            .map(|url| url.replacen("redis://", &format!("redis://:{PASSWORD}@"), 1));
+        let pool = deadpool_redis::cluster::Config::from_urls(urls.collect::<Vec<_>>())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .unwrap();
+        LockClient::cluster_pool_builder(pool, t.cluster.urls())
+            .key_prefix(&t.prefix)
+            .default_lease(lease)
+            .build()
+            .unwrap()
+    };
     within(LIMIT, async {
-        let pttl = || {
-            let (mut conn, key) = (direct.clone(), key.clone());
-            async move {
-                redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async::<i64>(&mut conn)
-                    .await
-                    .unwrap()
-            }
-        };
-        let guard = client.mutex(&name).unwrap().lock().await.unwrap();
-        proxy.set(Mode::Strand);
-        // A renewal gets through the strand (the lease in Redis goes up again) before the lease
-        // is over: the lowest PTTL seen so far, and the last one read.
-        let (low, last) = (AtomicI64::new(i64::MAX), AtomicI64::new(0));
-        until(|| async {
-            let left = pttl().await;
-            last.store(left, Ordering::Relaxed);
-            let low = low.fetch_min(left, Ordering::Relaxed).min(left);
-            left < 0 || left > low + 1_000
-        })
-        .await;
-        let (low, last) = (low.into_inner(), last.into_inner());
-        assert!(
-            last > 0,
-            "the lease ran out unrenewed (lowest PTTL {low} ms)"
-        );
-        // The renewal was late: the silent connection held it up.
-        assert!(low < 9_000, "no renewal was held up (lowest PTTL {low} ms)");
-        assert!(guard.is_held());
-        guard.unlock().await.unwrap();
-        client
-            .mutex(&name)
-            .unwrap()
-            .lock()
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-        assert_eq!(pttl().await, -2, "the lock key is left");
+        for (kind, client) in [("builder", built()), ("pool", pooled())] {
+            let pttl = || {
+                let (mut conn, key) = (direct.clone(), key.clone());
+                async move {
+                    redis::cmd("PTTL")
+                        .arg(&key)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .unwrap()
+                }
+            };
+            let guard = client.mutex(&name).unwrap().lock().await.unwrap();
+            // Every connection open now goes silent (the builder's client's, left over, too).
+            proxy.set(Mode::Strand);
+            // A renewal gets through the strand (the lease in Redis goes up again) before the lease
+            // is over: the lowest PTTL seen so far, and the last one read.
+            let (low, last) = (AtomicI64::new(i64::MAX), AtomicI64::new(0));
+            until(|| async {
+                let left = pttl().await;
+                last.store(left, Ordering::Relaxed);
+                let low = low.fetch_min(left, Ordering::Relaxed).min(left);
+                left < 0 || left > low + 1_000
+            })
+            .await;
+            let (low, last) = (low.into_inner(), last.into_inner());
+            assert!(
+                last > 0,
+                "{kind}: the lease ran out unrenewed (lowest PTTL {low} ms)"
+            );
+            // The renewal was late: the silent connection held it up.
+            assert!(
+                low < 9_000,
+                "{kind}: no renewal was held up (lowest PTTL {low} ms)"
+            );
+            assert!(guard.is_held());
+            guard.unlock().await.unwrap();
+            client
+                .mutex(&name)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap()
+                .unlock()
+                .await
+                .unwrap();
+            assert_eq!(pttl().await, -2, "{kind}: the lock key is left");
+        }
     })
     .await;
     for node in &t.cluster.nodes {

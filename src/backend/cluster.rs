@@ -104,6 +104,17 @@ impl Connector {
         })
     }
 
+    /// How long a request may wait for its answer before redlatch counts it timed out, where
+    /// redis-rs does not: a deadpool pool's cluster client has no response timeout, and a
+    /// silent node would hold its requests for ever. Our own client's is redis-rs's own
+    /// ([`CLUSTER_RESPONSE_TIMEOUT`](super::CLUSTER_RESPONSE_TIMEOUT), retries included).
+    fn limit(&self) -> Option<Duration> {
+        match self.source {
+            Source::Client(_) => None,
+            Source::Pool(_) => Some(super::CLUSTER_RESPONSE_TIMEOUT),
+        }
+    }
+
     fn cached(&self) -> Option<(ClusterConnection, u64)> {
         self.conn.lock().ok().and_then(|c| c.clone())
     }
@@ -209,11 +220,21 @@ impl Node {
         }
         let (mut conn, made) = self.connector.get().await?;
         self.slots.read_map(&conn);
-        let reply = match cmd.query_async(&mut conn).await {
-            Err(err) if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                by_source(&cmd, source).query_async(&mut conn).await
+        let call = async {
+            match cmd.query_async(&mut conn).await {
+                Err(err)
+                    if by_hash && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    by_source(&cmd, source).query_async(&mut conn).await
+                }
+                other => other,
             }
-            other => other,
+        };
+        let reply = match self.connector.limit() {
+            Some(limit) => tokio::time::timeout(limit, call)
+                .await
+                .unwrap_or_else(|_| Err(unanswered())),
+            None => call.await,
         };
         reply.map_err(|err| {
             // A timeout: redis-rs would keep the connection (it connects to a node again only
@@ -225,6 +246,15 @@ impl Node {
             err.into()
         })
     }
+}
+
+/// A request that [`Connector::limit`] timed out.
+fn unanswered() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "a cluster node left the request unanswered",
+    )
+    .into()
 }
 
 /// Runs the sharded subscription over `connector`'s connection, whose client sends its pushes

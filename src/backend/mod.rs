@@ -72,6 +72,8 @@ pub(crate) trait Request: Sync {
     /// true (the default) where a second run has the effect of one (a read, an expiry set
     /// again, a script that answers a repeat from its request log); false where it could undo
     /// what happened in between (a forced unlock would end a hold taken since its first run).
+    /// Only a Redis Cluster's requests are ever sent again by redlatch.
+    #[cfg(feature = "cluster")]
     fn resendable(&self) -> bool {
         true
     }

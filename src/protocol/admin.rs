@@ -57,6 +57,7 @@ impl Request for ForceUnlock<'_> {
         call
     }
 
+    #[cfg(feature = "cluster")]
     fn resendable(&self) -> bool {
         false
     }
