@@ -97,12 +97,12 @@ impl LockClient {
     /// client builder: seed nodes, credentials, TLS...) reaches.
     ///
     /// redlatch sets on the builder what it needs: RESP3 with its own push sender (wake-ups
-    /// come by sharded pub/sub, on a cluster connection of their own), a response timeout of 2 s
-    /// per attempt, and retry waits of 5 to 500 ms (instead of redis-rs's 1.28 s at least, which
-    /// every `TRYAGAIN` of a slot migration would cost). Requests go straight to the master of
-    /// their slot when they can (see the README's cluster section), connecting without a
-    /// password: a cluster that asks for one is reached through redis-rs's cluster connection
-    /// only. Nothing is sent until the first lock operation.
+    /// come by sharded pub/sub, on a cluster connection of their own), a timeout of 2 s per
+    /// request (retries included), and retry waits of 5 to 500 ms (instead of redis-rs's
+    /// 1.28 s at least, which every `TRYAGAIN` of a slot migration would cost). Requests go
+    /// straight to the master of their slot when they can (see the README's cluster section),
+    /// connecting without a password: a cluster that asks for one is reached through redis-rs's
+    /// cluster connection only. Nothing is sent until the first lock operation.
     ///
     /// # Errors
     ///
