@@ -656,8 +656,7 @@ impl Engine {
 /// wait asks again (which finds the hold and renews its lease) or, for a caller that does not
 /// wait, the hold is given back.
 pub(super) fn late_answer() -> Error {
-    Error::Redis(redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
+    Error::Redis(crate::backend::timed_out(
         "the grant came after the lease it grants had run out",
-    )))
+    ))
 }

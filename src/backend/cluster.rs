@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 use super::Request;
 use super::script::{By, Publish, Script, by_source};
 use super::slots::{Short, Slots};
-use super::subscription::{HEARTBEAT, HEARTBEAT_ANSWER, Listener, Requests, pause};
+use super::subscription::{HEARTBEAT_ANSWER, Listener, Requests, heartbeat, pause};
 use crate::error::Result;
 
 /// How often channels without waiters are looked for, to be unsubscribed.
@@ -231,9 +231,11 @@ impl Node {
             }
         };
         let reply = match self.connector.limit() {
-            Some(limit) => tokio::time::timeout(limit, call)
-                .await
-                .unwrap_or_else(|_| Err(unanswered())),
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                Err(super::timed_out(
+                    "a cluster node left the request unanswered",
+                ))
+            }),
             None => call.await,
         };
         reply.map_err(|err| {
@@ -246,15 +248,6 @@ impl Node {
             err.into()
         })
     }
-}
-
-/// A request that [`Connector::limit`] timed out.
-fn unanswered() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "a cluster node left the request unanswered",
-    )
-    .into()
 }
 
 /// Runs the sharded subscription over `connector`'s connection, whose client sends its pushes
@@ -379,9 +372,7 @@ async fn run(
         retry = Duration::from_millis(10);
         listener.connected(&names);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
-        let mut heartbeat =
-            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = heartbeat();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,

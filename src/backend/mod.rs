@@ -92,6 +92,12 @@ pub(crate) trait Commands {
     fn decode(&self, replies: Vec<Value>) -> Result<Self::Reply>;
 }
 
+/// A timeout that happened on our side (no answer within a limit of redlatch's own), as redis-rs
+/// reports its own: an answer that may be lost, for the callers that tell them apart.
+pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what).into()
+}
+
 /// Where requests go.
 #[derive(Debug)]
 pub(crate) struct Backend {

@@ -289,10 +289,7 @@ impl<R: Request> Drop for Replies<'_, R> {
 
 /// What a node that did not answer in time fails with: as a timeout, an answer that may be lost.
 fn no_answer() -> Error {
-    Error::Redis(redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "the node did not answer in time",
-    )))
+    Error::Redis(super::timed_out("the node did not answer in time"))
 }
 
 /// Starts the subscriptions of `servers` (one per node, feeding `listener`, subscribing to what

@@ -9,7 +9,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{ConnectionInfo, RedisError, RedisResult};
 use tokio::sync::watch;
 
-use super::subscription::{HEARTBEAT, HEARTBEAT_ANSWER};
+use super::subscription::{HEARTBEAT_ANSWER, heartbeat};
 
 /// How long to wait before listening on the next sentinel after one failed.
 const NEXT_SENTINEL: Duration = Duration::from_millis(200);
@@ -106,7 +106,7 @@ impl Master {
 
     /// Counts the failovers of this master that `sentinel` announces, until its connection ends
     /// or the sentinel goes silent: connecting and subscribing may take [`HEARTBEAT_ANSWER`],
-    /// and the sentinel is asked for a `PING` every [`HEARTBEAT`], answered within as long. A
+    /// and the sentinel is asked for a `PING` every [`HEARTBEAT`](super::subscription::HEARTBEAT), answered within as long. A
     /// sentinel gone without a word (its host down, a partition) would otherwise leave the
     /// client deaf to failovers, each then noticed only when requests to the old master fail.
     ///
@@ -127,9 +127,7 @@ impl Master {
             tracing::debug!("listening to the sentinels again: connections check the master");
             self.moves.send_modify(|n| *n = n.wrapping_add(1));
         }
-        let mut heartbeat =
-            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = heartbeat();
         loop {
             tokio::select! {
                 message = messages.next() => {
@@ -153,8 +151,5 @@ impl Master {
 
 /// What a sentinel that did not answer in time fails the listening with.
 fn silent() -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "the sentinel did not answer in time",
-    ))
+    super::timed_out("the sentinel did not answer in time")
 }

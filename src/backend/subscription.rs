@@ -149,9 +149,7 @@ async fn run(
         // requests, queued, subscribe them.
         listener.connected(&names);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
-        let mut heartbeat =
-            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = heartbeat();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
@@ -186,6 +184,13 @@ async fn run(
         tracing::debug!("wake-up subscription lost, waiters poll until it is back");
         listener.disconnected();
     }
+}
+
+/// Ticks every [`HEARTBEAT`], the first one a heartbeat from now; a late tick delays the next.
+pub(super) fn heartbeat() -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
 }
 
 /// Whether the connection answers a `PING` in time (RESP3: allowed while subscribed).
