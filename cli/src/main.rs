@@ -61,7 +61,7 @@ enum Command {
         /// Where to write the JSON and the chart.
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
-        /// In the hand-off scenario the holder holds 1 ms to this many ms (at random); 2 or more.
+        /// In the hand-off scenario the holder holds 1 ms to this many ms (at random); 2 to 60000.
         #[arg(long, default_value_t = 5, value_parser = bench::parse_hold_ms)]
         handoff_hold_ms: u64,
         /// Also run the Redlock scenario on five servers of the tool's own.
@@ -97,7 +97,12 @@ enum Command {
         #[arg(long)]
         watch: bool,
         /// With `--watch`: the refresh period.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+        #[arg(
+            long,
+            default_value_t = 1000,
+            requires = "watch",
+            value_parser = clap::value_parser!(u64).range(100..)
+        )]
         interval_ms: u64,
     },
     /// A live view of the names under the prefix that are held or queued now, most queued
@@ -202,8 +207,16 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             timeline,
             metrics_cost,
         } => {
+            if cli.sentinel.is_some() {
+                return Err(
+                    "bench runs on one server (`--url`, or one of its own), not through \
+                            Sentinel: leave out --sentinel"
+                        .into(),
+                );
+            }
             if metrics_cost {
                 let (server, url) = server::try_named_or_own(cli.url.clone())?;
+                note_given(&server, &url, url_from_env);
                 let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
                 let entries = bench::redlatch_entries(&url, &prefix);
                 let plan = bench::Plan::new(quick, handoff_hold_ms);
@@ -224,6 +237,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             }
             if timeline {
                 let (server, url) = server::try_named_or_own(cli.url.clone())?;
+                note_given(&server, &url, url_from_env);
                 let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
                 let entries = bench::redlatch_entries(&url, &prefix);
                 let plan = bench::Plan::new(quick, handoff_hold_ms);
@@ -266,13 +280,7 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             }
             let (server, url) = server::try_named_or_own(cli.url.clone())?;
             let own_server = server.is_some();
-            if !own_server {
-                let source = if url_from_env { "REDIS_URL" } else { "--url" };
-                eprintln!(
-                    "{}",
-                    bench::given_server_note("redlatch bench", &url, source)
-                );
-            }
+            note_given(&server, &url, url_from_env);
             let prefix = format!("{}-bench-{}", cli.prefix, std::process::id());
             let plan = bench::Plan::new(quick, handoff_hold_ms);
             let entries = bench::redlatch_entries(&url, &prefix);
@@ -387,10 +395,23 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
                 say(format_args!("{name}: nothing stored, nothing to unlock\n"))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            say(format_args!("{snapshot}"))?;
-            if !yes && !confirm(&format!("end every hold and queue place of `{name}`?"))? {
-                say(format_args!("left as it is\n"))?;
-                return Ok(ExitCode::FAILURE);
+            // A reader that went away before the unlock (`| head`, a pager quit at the
+            // question) must not pass for a done unlock: with `--yes` the unlock goes ahead, and
+            // without it a question that cannot be asked is a no, with a failed exit.
+            let shown = say(format_args!("{snapshot}"));
+            if !yes {
+                let question = format!("end every hold and queue place of `{name}`?");
+                match shown.map_err(Into::into).and_then(|()| confirm(&question)) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let _ = say(format_args!("left as it is\n"));
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Err(err) => {
+                        eprintln!("redlatch: could not ask to go ahead ({err}); left as it is");
+                        return Ok(ExitCode::FAILURE);
+                    }
+                }
             }
             let removed = client.force_unlock(&name).await?;
             say(format_args!(
@@ -400,6 +421,18 @@ async fn run(cli: Cli, url_from_env: bool) -> AnyResult<ExitCode> {
             ))?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Says on stderr that the benchmark runs against the server it was given (`url`), when it
+/// started none of its own (`server`).
+fn note_given<T>(server: &Option<T>, url: &str, url_from_env: bool) {
+    if server.is_none() {
+        let source = if url_from_env { "REDIS_URL" } else { "--url" };
+        eprintln!(
+            "{}",
+            bench::given_server_note("redlatch bench", url, source)
+        );
     }
 }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redlatch::{LockClient, LockKind, Snapshot};
+use redlatch::{Error, LockClient, LockKind, Snapshot};
 use redlatch_harness::measure::{AnyResult, glob_escape};
 use serde_json::{Value, json};
 
@@ -78,7 +78,8 @@ pub async fn names(
 ///
 /// # Errors
 ///
-/// A failed `SCAN` or `inspect` (a name that is free by the time it is read is left out).
+/// A failed `SCAN` or `inspect`, other than a name whose keys are not redlatch's locks (counted in
+/// [`View::unreadable`]); a name that is free by the time it is read is left out.
 pub async fn view(
     conn: &mut MultiplexedConnection,
     client: &LockClient,
@@ -90,12 +91,15 @@ pub async fn view(
     for name in &names {
         let snapshot = match client.inspect(name).await {
             Ok(snapshot) => snapshot,
-            // The server is out of reach: the view cannot be made.
-            Err(err) if err.is_connection() => return Err(err.into()),
-            Err(_) => {
+            // Data redlatch did not write, or a name it would refuse: left out, counted.
+            Err(Error::WrongType { .. } | Error::Layout { .. } | Error::InvalidArgument { .. }) => {
                 unreadable += 1;
                 continue;
             }
+            // Anything else (the server out of reach, a refused command such as `NOPERM`, a
+            // busy script): the view cannot be made, and saying the names are not locks would
+            // be wrong.
+            Err(err) => return Err(err.into()),
         };
         if snapshot.kind.is_some() && !(snapshot.holders.is_empty() && snapshot.waiters.is_empty())
         {

@@ -142,6 +142,178 @@ fn bench_refuses_a_hand_off_hold_below_2_ms() {
     assert!(!out.contains("panicked"), "{out}");
 }
 
+/// Found by review: a hold long enough that its microseconds overflow panicked (debug) or drew
+/// from an empty range (release), 20 s into the run.
+#[test]
+fn bench_refuses_a_hand_off_hold_over_a_minute() {
+    for hold in ["60001", "18446744073709552"] {
+        let (ok, out) = tool(&["bench", "--quick", "--handoff-hold-ms", hold], &[], "");
+        assert!(!ok, "{out}");
+        assert!(out.contains("too long"), "{out}");
+        assert!(!out.contains("panicked"), "{out}");
+    }
+}
+
+/// Runs `force-unlock name` (with `extra` arguments) whose stdout's reader is gone before the
+/// tool writes anything, stdin empty; returns success and stderr.
+fn force_unlock_unread(url: &str, prefix: &str, name: &str, extra: &[&str]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
+        .args(["--url", url, "--prefix", prefix, "force-unlock", name])
+        .args(extra)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redlatch");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for redlatch");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Found by review: a reader gone before the unlock (`| head`, a pager quit at the question)
+/// made `force-unlock` exit 0 with the name still held, the broken pipe taken for the quiet end
+/// of a listing.
+#[tokio::test]
+async fn force_unlock_whose_output_is_not_read_says_what_it_did() {
+    let redis = TestRedis::new();
+    within(Duration::from_secs(60), async {
+        let client = client(&redis);
+        let guard = client.fair_mutex("unread").unwrap().lock().await.unwrap();
+        let run = |extra: &'static [&'static str]| {
+            let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
+            tokio::task::spawn_blocking(move || force_unlock_unread(&url, &prefix, "unread", extra))
+        };
+        // Without `--yes` the question cannot be asked: nothing is done, and the exit says so.
+        let (ok, err) = run(&[]).await.unwrap();
+        assert!(!ok, "{err}");
+        assert!(err.contains("left as it is"), "{err}");
+        assert_eq!(client.inspect("unread").await.unwrap().holders.len(), 1);
+        // With `--yes` the unlock is done, and the exit says so.
+        let (ok, err) = run(&["--yes"]).await.unwrap();
+        assert!(ok, "{err}");
+        assert!(client.inspect("unread").await.unwrap().kind.is_none());
+        assert!(!err.contains("panicked"), "{err}");
+        drop(guard);
+    })
+    .await;
+}
+
+/// Found by review: `top` counted a name it was refused to read (an ACL user without
+/// scripting: `NOPERM` on every script) as data redlatch did not write, and listed nothing
+/// with a zero exit.
+#[tokio::test]
+async fn top_refused_by_the_server_fails_instead_of_listing_nothing() {
+    let redis = TestRedis::own();
+    within(Duration::from_secs(60), async {
+        let client = client(&redis);
+        let held = client.fair_mutex("busy").unwrap().lock().await.unwrap();
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER",
+                "watcher",
+                "on",
+                ">pw",
+                "~*",
+                "&*",
+                "+@all",
+                "-@scripting",
+            ])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let url = redis.url.replacen("redis://", "redis://watcher:pw@", 1);
+        let prefix = redis.prefix.clone();
+        let (ok, out) = tokio::task::spawn_blocking(move || {
+            redlatch(&url, &prefix, &["top", "--once", "--json"], "")
+        })
+        .await
+        .unwrap();
+        assert!(!ok, "{out}");
+        assert!(out.contains("no permissions"), "{out}");
+        held.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// Found by review: the bench's tables went out with `println!`, which panics when stdout's
+/// reader went away: the run ended before its keys were removed (on the server it was given)
+/// and before its file was written.
+#[tokio::test]
+async fn a_bench_whose_table_is_not_read_still_cleans_up_and_writes_its_file() {
+    let redis = TestRedis::new();
+    let out_dir = std::env::temp_dir().join(unique("redlatch-bench-unread"));
+    within(Duration::from_secs(180), async {
+        let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
+        let dir = out_dir
+            .to_str()
+            .expect("a UTF-8 temporary directory")
+            .to_owned();
+        let (status, stderr) = tokio::task::spawn_blocking(move || {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
+                .args([
+                    "--url",
+                    &url,
+                    "--prefix",
+                    &prefix,
+                    "bench",
+                    "--metrics-cost",
+                ])
+                .args(["--quick", "--out", &dir])
+                .env_remove("REDIS_URL")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run redlatch");
+            drop(child.stdout.take());
+            let out = child.wait_with_output().expect("wait for redlatch");
+            (
+                out.status,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+        .await
+        .unwrap();
+        assert!(status.success(), "{status:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        // Run against the server it was given, it says so.
+        assert!(
+            stderr.contains("running against the given server"),
+            "{stderr}"
+        );
+        assert!(out_dir.join("metrics-cost.json").is_file());
+        let left = keys_starting(&redis, &format!("{}-", redis.prefix)).await;
+        assert!(left.is_empty(), "{left:?}");
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// Found by review: options the command does not use were taken and ignored.
+#[test]
+fn options_a_command_does_not_use_are_refused() {
+    let (ok, out) = tool(&["--sentinel", "127.0.0.1:1", "bench", "--quick"], &[], "");
+    assert!(!ok && out.contains("not through Sentinel"), "{out}");
+    let (ok, out) = tool(
+        &[
+            "--url",
+            "redis://127.0.0.1:1",
+            "inspect",
+            "x",
+            "--interval-ms",
+            "500",
+        ],
+        &[],
+        "",
+    );
+    assert!(!ok && out.contains("--watch"), "{out}");
+}
+
 #[test]
 fn bench_without_redis_server_is_a_clear_error() {
     let missing = std::env::temp_dir().join("redlatch-no-such-dir/redis-server");

@@ -715,8 +715,31 @@ pub fn given_server_note(tool: &str, url: &str, source: &str) -> String {
     )
 }
 
-/// `url` with the password (if any) replaced by `***`.
+/// `url` with the password (if any) replaced by `***`: the one before `@`, and a `pass=` or
+/// `password=` in the query, where redis-rs reads a Unix socket URL's
+/// (`redis+unix:///run/redis.sock?pass=...`).
 pub fn redact(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = redact_authority(base);
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    out
+}
+
+/// `url` (without its query) with the password before `@` (if any) replaced by `***`.
+fn redact_authority(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -953,4 +976,32 @@ pub async fn handoff_run<C: Contend>(
     }
     let h = hist.lock().map_err(|_| "poisoned")?.clone();
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_every_password_a_redis_url_can_carry() {
+        for (url, shown) in [
+            ("redis://u:secret@h:6379/0", "redis://u:***@h:6379/0"),
+            ("redis://secret@h", "redis://***@h"),
+            ("redis://h:6379", "redis://h:6379"),
+            (
+                "redis+unix:///run/r.sock?db=1&pass=secret&user=u",
+                "redis+unix:///run/r.sock?db=1&pass=***&user=u",
+            ),
+            (
+                "unix:///run/r.sock?password=secret",
+                "unix:///run/r.sock?password=***",
+            ),
+            (
+                "rediss://u:secret@h/?protocol=resp3",
+                "rediss://u:***@h/?protocol=resp3",
+            ),
+        ] {
+            assert_eq!(redact(url), shown);
+        }
+    }
 }

@@ -163,7 +163,7 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
         "fair_16_jain": fair.and_then(|r| r.jain),
         "fair_16_requests_per_acq": fair.and_then(|r| r.requests_per_acq),
     });
-    println!(
+    outln!(
         "cluster over single server: acquire+release p50 {}x, hand-off p50 {}x (fair {}x); \
          fair mutex, 16 tasks: Jain {}, {} requests per acquisition",
         show(latency),

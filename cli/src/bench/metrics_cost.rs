@@ -108,16 +108,20 @@ pub async fn metrics_cost(entries: &[Entry], plan: &Plan) -> AnyResult<Value> {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    println!(
+    outln!(
         "{:<20} {:>6} {:>14} {:>14} {:>8}",
-        "library", "tasks", "off cycles/s", "on cycles/s", "on/off"
+        "library",
+        "tasks",
+        "off cycles/s",
+        "on cycles/s",
+        "on/off"
     );
     let mut out = Vec::new();
     for entry in &picked {
         let off = median(runs.remove(&(entry.name, false)).unwrap_or_default());
         let with = median(runs.remove(&(entry.name, true)).unwrap_or_default());
         let ratio = if off > 0.0 { with / off } else { 0.0 };
-        println!(
+        outln!(
             "{:<20} {:>6} {:>14.0} {:>14.0} {:>7.1}%",
             entry.name,
             TASKS,

@@ -14,6 +14,15 @@
 //! Requests are counted with `INFO commandstats`: every command clients sent, leaving out the
 //! commands a library's scripts run inside Redis and the measurement's own `INFO`.
 
+/// `println!` that does not panic when stdout's reader went away (`| head`): the run goes on,
+/// its keys are removed and its files written; the table is only a view of them.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod chart;
 mod cluster;
 mod library;
@@ -222,7 +231,7 @@ impl Bench {
         let cluster = cluster::summary(&records);
         let redlock = redlock::summary(&records);
         let replicas = replicas::summary(&records);
-        println!(
+        outln!(
             "{} mode, {:.0} s, {} server; the mutex's requests by hand (raw-evalsha), \
              {raw_tasks} tasks: {raw_cycles_per_s:.0} cycles/s",
             plan.mode,
@@ -230,7 +239,7 @@ impl Bench {
             if self.own_server { "own" } else { "given" },
         );
         if let Some(pct) = steal_pct {
-            println!("CPU time the hypervisor took during the run (steal): {pct:.1}%");
+            outln!("CPU time the hypervisor took during the run (steal): {pct:.1}%");
         }
         let report = json!({
             "mode": plan.mode,
@@ -251,7 +260,7 @@ impl Bench {
         std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
         let svg_path = self.out_dir.join("contention.svg");
         chart(&records, &svg_path)?;
-        println!("wrote {} and {}", json_path.display(), svg_path.display());
+        outln!("wrote {} and {}", json_path.display(), svg_path.display());
         Ok(report)
     }
 

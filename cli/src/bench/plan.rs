@@ -37,7 +37,11 @@ pub struct Plan {
     pub watchdog_window: Duration,
 }
 
-/// `--handoff-hold-ms`: a whole number of ms, at least 2 (holds are drawn from 1 ms up to it).
+/// The longest hand-off hold `--handoff-hold-ms` takes: a minute.
+pub(crate) const MAX_HOLD_MS: u64 = 60_000;
+
+/// `--handoff-hold-ms`: a whole number of ms, from 2 (holds are drawn from 1 ms up to it) to
+/// 60,000 (a minute).
 pub fn parse_hold_ms(value: &str) -> Result<u64, String> {
     let ms: u64 = value
         .parse()
@@ -46,6 +50,11 @@ pub fn parse_hold_ms(value: &str) -> Result<u64, String> {
         return Err(format!(
             "{ms} ms is too short: holds are drawn from 1 ms up to (not including) this value, \
              so it must be 2 or more"
+        ));
+    }
+    if ms > MAX_HOLD_MS {
+        return Err(format!(
+            "{ms} ms is too long: a hand-off's hold is at most {MAX_HOLD_MS} ms (a minute)"
         ));
     }
     Ok(ms)

@@ -129,13 +129,18 @@ pub async fn profile_scripts(
     .await?;
     let joins = joins(&mut conn, prefix, names).await?;
 
-    println!(
+    outln!(
         "{:<24} {:>12} {:>12} {:>12} {:>14} {:>14}",
-        "configuration", "acquire µs", "release µs", "cycle µs", "acquire cmds", "release cmds"
+        "configuration",
+        "acquire µs",
+        "release µs",
+        "cycle µs",
+        "acquire cmds",
+        "release cmds"
     );
     let mut out = Vec::new();
     for (name, a, r) in &rows {
-        println!(
+        outln!(
             "{:<24} {:>12.2} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
             name,
             a.us_per_call,
@@ -159,7 +164,7 @@ pub async fn profile_scripts(
         ["queue", "handover"],
         &contended_busy,
     );
-    println!(
+    outln!(
         "\nthe same, one call at a time after the server sat idle {} ms (as between the holds \
          of a hand-off)",
         IDLE_GAP.as_millis()
@@ -350,8 +355,8 @@ fn print_pairs(
     keys: [&str; 2],
     rows: &[(String, Phase, Phase)],
 ) -> Vec<Value> {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<24} {:>12} {:>12} {:>14} {:>14}",
         title,
         format!("{} µs", heads[0]),
@@ -361,9 +366,13 @@ fn print_pairs(
     );
     let mut out = Vec::new();
     for (name, a, b) in rows {
-        println!(
+        outln!(
             "{:<24} {:>12.2} {:>12.2} {:>14.2} {:>14.2}",
-            name, a.us_per_call, b.us_per_call, a.commands_per_call, b.commands_per_call
+            name,
+            a.us_per_call,
+            b.us_per_call,
+            a.commands_per_call,
+            b.commands_per_call
         );
         let mut row = serde_json::Map::new();
         row.insert("configuration".to_owned(), json!(name));

@@ -249,7 +249,7 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
             ratio("rslock-redlock-5", "redlock-5"),
         ),
     ];
-    println!(
+    outln!(
         "redlock acquire p50 (single server {single:.0} us): N=3 {}x, N=5 {}x the single server; \
          two rounds over one: N=3 {}x, N=5 {}x; one of 5 blackholed {}x healthy; rslock N=5 {}x ours",
         show(figures[0].1),

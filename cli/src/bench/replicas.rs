@@ -184,7 +184,7 @@ pub(crate) fn summary(records: &[Record]) -> Option<Value> {
     let acquire = ratio(durable.and_then(|r| r.p50_us), plain.p50_us);
     let others_p99 = ratio(beside.and_then(|r| r.p99_us), alone.and_then(|r| r.p99_us));
     let others_p50 = ratio(beside.and_then(|r| r.p50_us), alone.and_then(|r| r.p50_us));
-    println!(
+    outln!(
         "replicas: acquire p50 {} us without durability, {} us with one replica's acknowledgement \
          ({}x); the client's other operations beside durable ones: p99 {}x, p50 {}x alone",
         show(plain.p50_us),

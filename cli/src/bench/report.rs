@@ -221,10 +221,10 @@ pub(crate) fn print_table(records: &[Record]) {
         if rows.is_empty() {
             continue;
         }
-        println!("\n{title}");
+        outln!("\n{title}");
         match scenario {
             "uncontended" => {
-                println!(
+                outln!(
                     "  {:<20} {:>6} {:>10} {:>8} {:>10} {:>12} {:>10} {:>10}",
                     "library",
                     "tasks",
@@ -239,7 +239,7 @@ pub(crate) fn print_table(records: &[Record]) {
                     v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v))
                 };
                 for r in rows {
-                    println!(
+                    outln!(
                         "  {:<20} {:>6} {:>10.0} {:>8} {:>10} {:>12} {:>10} {:>10}",
                         r.library,
                         r.tasks,
@@ -253,12 +253,17 @@ pub(crate) fn print_table(records: &[Record]) {
                 }
             }
             "handoff" => {
-                println!(
+                outln!(
                     "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>9}",
-                    "library", "p50 µs", "p99 µs", "max µs", "samples", "req/hand"
+                    "library",
+                    "p50 µs",
+                    "p99 µs",
+                    "max µs",
+                    "samples",
+                    "req/hand"
                 );
                 for r in rows {
-                    println!(
+                    outln!(
                         "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>9}",
                         r.library,
                         fmt_opt(r.p50_us, 0),
@@ -271,7 +276,7 @@ pub(crate) fn print_table(records: &[Record]) {
             }
             "contended" | "contended-1ms" | "contended-clients" => {
                 let clients = scenario == "contended-clients";
-                println!(
+                outln!(
                     "  {:<20} {:>6} {:>10} {:>8} {:>12} {:>7} {:>9}{}",
                     "library",
                     "tasks",
@@ -284,17 +289,20 @@ pub(crate) fn print_table(records: &[Record]) {
                 );
                 for r in rows {
                     if r.scenario == "relay" {
-                        println!(
+                        outln!(
                             "  {:<20} {:>6} {:>10.0}   (passes/s of a message relayed around \
                              {} clients: the floor)",
-                            r.library, r.tasks, r.ops_per_s, r.tasks
+                            r.library,
+                            r.tasks,
+                            r.ops_per_s,
+                            r.tasks
                         );
                         continue;
                     }
                     let of_relay = r
                         .of_relay
                         .map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", 100.0 * v));
-                    println!(
+                    outln!(
                         "  {:<20} {:>6} {:>10.0} {:>7.1}% {:>12} {:>7} {:>9}{}",
                         r.library,
                         r.tasks,
@@ -312,7 +320,7 @@ pub(crate) fn print_table(records: &[Record]) {
                 }
             }
             "remote-waiter" => {
-                println!(
+                outln!(
                     "  {:<20} {:>6} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8}",
                     "library",
                     "tasks",
@@ -324,7 +332,7 @@ pub(crate) fn print_table(records: &[Record]) {
                     "samples"
                 );
                 for r in rows {
-                    println!(
+                    outln!(
                         "  {:<20} {:>6} {:>10.0} {:>9} {:>10} {:>10} {:>10} {:>8}",
                         r.library,
                         r.tasks,
@@ -338,14 +346,14 @@ pub(crate) fn print_table(records: &[Record]) {
                 }
             }
             "idle" => {
-                println!("  {:<20} {:>8} {:>12}", "library", "waiters", "requests/s");
+                outln!("  {:<20} {:>8} {:>12}", "library", "waiters", "requests/s");
                 for r in rows {
-                    println!("  {:<20} {:>8} {:>12.2}", r.library, r.tasks, r.ops_per_s);
+                    outln!("  {:<20} {:>8} {:>12.2}", r.library, r.tasks, r.ops_per_s);
                 }
             }
             "semaphore" => {
                 for r in rows {
-                    println!(
+                    outln!(
                         "  {:<20} {:>4} tasks {:>10.0} acq/s, {} req/acq, at most {} permits out",
                         r.library,
                         r.tasks,
@@ -357,7 +365,7 @@ pub(crate) fn print_table(records: &[Record]) {
             }
             _ => {
                 for r in rows {
-                    println!(
+                    outln!(
                         "  {:<20} {:>6} guards, {} ms lease: {:>8.1} renewal requests/s, client \
                          CPU {}%",
                         r.library,
@@ -370,5 +378,5 @@ pub(crate) fn print_table(records: &[Record]) {
             }
         }
     }
-    println!();
+    outln!();
 }

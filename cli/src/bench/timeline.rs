@@ -126,9 +126,10 @@ pub async fn timeline(entries: &[Entry], plan: &Plan) -> AnyResult<Value> {
         tracing_subscriber::registry().with(Recorder(Arc::clone(&events))),
     )?;
     let mut out = Vec::new();
-    println!(
+    outln!(
         "{:<24} {:>8}  hop: p50 / p99 µs from the hop before (release.answered: from release.sent)",
-        "library", "samples"
+        "library",
+        "samples"
     );
     for entry in entries.iter().filter(|e| e.name != "redlatch-rwlock-read") {
         let name = format!("t{}", fastrand::u32(..));
@@ -176,7 +177,7 @@ pub async fn timeline(entries: &[Entry], plan: &Plan) -> AnyResult<Value> {
         if let Some((p50, p99)) = total {
             line.push_str(&format!("  total {p50:.0}/{p99:.0}"));
         }
-        println!("{:<24} {:>8}{line}", entry.name, cuts.len());
+        outln!("{:<24} {:>8}{line}", entry.name, cuts.len());
         out.push(json!({
             "library": entry.name,
             "samples": cuts.len(),
