@@ -762,6 +762,8 @@ impl LockClientBuilder {
     /// valid, as [`valid_until`](crate::MutexGuard::valid_until) reports, for its lease counted
     /// from just before its request was sent, less this. Default: 1 % + 2 ms (Redlock's);
     /// `rate` must be below 0.5, and the allowance must leave something of the default lease.
+    /// The watchdog renews every third of what is counted on (the lease less the allowance), so
+    /// a larger allowance means more frequent renewals.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {

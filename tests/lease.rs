@@ -52,6 +52,33 @@ async fn watchdog_keeps_a_guard_held_for_five_leases() {
     .await;
 }
 
+/// Found by review: renewals came every third of the lease while each was counted on for the
+/// lease less the drift allowance, so an allowance of two thirds of the lease or more let the
+/// deadline pass before the next renewal was due: a live, renewed hold was marked lost.
+#[tokio::test]
+async fn a_large_drift_allowance_does_not_lose_a_renewed_hold() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // Each renewal is counted on for 3 s - 30 ms - 2.2 s = 770 ms; a third of the lease is 1 s.
+        let client = redis
+            .builder()
+            .default_lease(Duration::from_secs(3))
+            .drift(0.01, Duration::from_millis(2200))
+            .build()
+            .unwrap();
+        let guard = client.mutex("drift").unwrap().lock().await.unwrap();
+        let mut lost = std::pin::pin!(guard.lost());
+        tokio::select! {
+            () = &mut lost => panic!("a renewed hold was lost"),
+            () = tokio::time::sleep(Duration::from_secs(4)) => {}
+        }
+        assert!(guard.is_held());
+        guard.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn lost_completes_when_the_key_is_deleted_and_never_comes_back() {
     let redis = TestRedis::new();

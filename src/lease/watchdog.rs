@@ -112,9 +112,11 @@ impl Watchdog {
     }
 }
 
-/// How often a hold is renewed: every third of its lease.
+/// How often a hold is renewed: every third of the time a renewal's lease is counted on (the
+/// lease less the drift allowance). Were it a third of the lease itself, an allowance of two
+/// thirds or more would let the hold's deadline pass before its next renewal was due.
 fn interval(hold: &Hold) -> Duration {
-    hold.lease / 3
+    hold.drift.validity(hold.lease) / 3
 }
 
 /// When the task first looks at a new hold: a third of its lease from now (or of a shorter
