@@ -666,7 +666,8 @@ impl LockClientBuilder {
     }
 
     /// Whether the watchdog renews default leases. Default: on. With it off, a guard holds the
-    /// lock for exactly its lease unless it calls [`extend`](crate::MutexGuard::extend).
+    /// lock for exactly its lease unless it calls [`extend`](crate::MutexGuard::extend). An
+    /// election's leadership, which has no natural end and no `extend`, is renewed either way.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {

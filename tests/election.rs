@@ -513,6 +513,100 @@ async fn force_unlock_deposes_a_leader() {
 /// lost) was not released when its leadership was dropped: the hold's owner counted as shared,
 /// having been read for the leader's own record. Nobody could lead until the lease the
 /// renewals set ran out.
+/// Found by review: on a client built with `watchdog(false)` a leadership was never renewed:
+/// the leader was deposed at the end of every lease, and has no `extend` to keep it.
+#[tokio::test]
+async fn a_leadership_is_renewed_with_the_watchdog_off() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis
+            .builder()
+            .default_lease(Duration::from_secs(2))
+            .watchdog(false)
+            .build()
+            .unwrap();
+        let leadership = client
+            .election("kept")
+            .unwrap()
+            .campaign("me")
+            .await
+            .unwrap();
+        let mut lost = std::pin::pin!(leadership.lost());
+        tokio::select! {
+            () = &mut lost => panic!("the leadership was not renewed"),
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let seen = redis
+            .client()
+            .election("kept")
+            .unwrap()
+            .leader()
+            .await
+            .unwrap();
+        assert_eq!(seen.map(|l| l.value).as_deref(), Some("me"));
+        leadership.resign().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+/// Found by review: a leadership marked lost at its deadline (its renewals' answers never came)
+/// may still be held in Redis, and `proclaim` went to Redis without looking: it wrote the lost
+/// leader's new value for every observer to see, and `resign` said it stepped down.
+#[tokio::test]
+async fn a_lost_leader_can_neither_proclaim_nor_resign() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder
+            .default_lease(Duration::from_secs(6))
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let mut leadership = cut
+            .election("lapsed")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        proxy.set(Mode::HoldReplies);
+        leadership.lost().await;
+        let left = redis.exclusive_lease_left("lapsed").await;
+        assert!(
+            left > Duration::from_millis(1500),
+            "{left:?} left in Redis when lost"
+        );
+        proxy.set(Mode::Pass);
+        let proclaimed = loop {
+            match leadership.proclaim("after lost").await {
+                Err(err) if err.is_connection() => continue,
+                other => break other,
+            }
+        };
+        assert!(
+            matches!(proclaimed, Err(Error::NotHeld { .. })),
+            "{proclaimed:?}"
+        );
+        let seen = other.election("lapsed").unwrap().leader().await.unwrap();
+        assert_eq!(seen.map(|l| l.value).as_deref(), Some("here"));
+        // Resigning still lets the name go (it may be held in Redis), and says it was lost.
+        let resigned = leadership.resign().await;
+        assert!(
+            matches!(resigned, Err(Error::NotHeld { .. })),
+            "{resigned:?}"
+        );
+        let next = other
+            .election("lapsed")
+            .unwrap()
+            .campaign_timeout("next", left - Duration::from_millis(1000))
+            .await
+            .expect("the name still taken: the lost leader's resignation let nothing go");
+        next.resign().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_leader_lost_at_its_deadline_is_released_when_dropped() {
     let redis = TestRedis::own();

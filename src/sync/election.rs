@@ -106,9 +106,11 @@ fn check_value(value: &str) -> Result<()> {
 
 impl Election {
     pub(crate) fn new(core: Arc<Core>, name: &str) -> Result<Self> {
-        Ok(Self {
-            engine: Engine::new(core, name, Family::Election, 0)?,
-        })
+        let mut engine = Engine::new(core, name, Family::Election, 0)?;
+        // Renewed whatever the client's `watchdog` setting: a leadership has no natural end,
+        // and no `extend` to keep it by hand.
+        engine.renew = true;
+        Ok(Self { engine })
     }
 
     /// The election's name.
@@ -124,7 +126,9 @@ impl Election {
 
     /// This handle with its own lease, renewed by the watchdog while the leadership is held:
     /// a dead leader is followed within about this lease. (Unlike the locks' `with_lease`, the
-    /// watchdog keeps renewing: a leadership has no natural end.)
+    /// watchdog keeps renewing, also on a client built with
+    /// [`watchdog(false)`](crate::LockClientBuilder::watchdog): a leadership has no natural
+    /// end.)
     ///
     /// # Errors
     ///
@@ -141,9 +145,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn with_lease(self, lease: Duration) -> Result<Self> {
-        let renew = self.engine.renew;
         let mut engine = self.engine.with_lease(lease)?;
-        engine.renew = renew;
+        engine.renew = true;
         Ok(Self { engine })
     }
 
@@ -467,6 +470,13 @@ impl Leadership {
         let value = value.into();
         check_value(&value)?;
         let guard = self.guard()?;
+        if !guard.is_held() {
+            // Lost (or its lease ran out) here: Redis may hold it still, for up to a lease, but
+            // a leader told to stop must not write a value every observer would take for its.
+            return Err(Error::NotHeld {
+                name: self.engine.name.to_string(),
+            });
+        }
         let written = write_record(&self.engine, guard, Some(&value)).await?;
         match written {
             Some(_) => {
@@ -506,6 +516,9 @@ impl Leadership {
         let Some(guard) = &self.guard else {
             return Ok(());
         };
+        // A leadership already lost still steps down below (Redis may hold it for up to a
+        // lease), and says it was over.
+        let was_held = guard.is_held();
         // The guard stays in the leadership until the record is written: dropped before, the
         // leadership resigns in the background (its `Drop`), as if never asked.
         let told = write_record(&self.engine, guard, None).await.map(drop);
@@ -522,7 +535,13 @@ impl Leadership {
                 detail: "the release task stopped without an answer".into(),
             })
         });
-        told.and(unlocked)
+        let done = told.and(unlocked);
+        if !was_held && done.is_ok() {
+            return Err(Error::NotHeld {
+                name: self.engine.name.to_string(),
+            });
+        }
+        done
     }
 }
 
