@@ -705,7 +705,9 @@ impl LockClientBuilder {
 
     /// Bounds of the jittered exponential backoff a waiter uses when no wake-up can reach it
     /// (the subscription is down) and when the holder's remaining lease is unknown. Each wait
-    /// is also bounded by the holder's remaining lease and by the caller's deadline. Default:
+    /// is also bounded by the holder's remaining lease and by the caller's deadline (a waiter
+    /// looks within 10 ms of the lease's end, spread so that waiters do not all ask at once,
+    /// whatever `min`). Default:
     /// 10 ms to 1 s; `min` must be above zero and `max` at most [`MAX_LEASE`](crate::MAX_LEASE)
     /// (checked by [`build`](Self::build)).
     ///

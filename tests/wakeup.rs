@@ -361,3 +361,36 @@ async fn a_subscription_gone_silent_is_noticed_and_its_waiters_poll() {
     })
     .await;
 }
+
+/// Found by review: after the holder's lease would end, a waiter looked again up to
+/// `wait_backoff`'s minimum later (a jitter to spread waiters), so a minimum of a minute made a
+/// crashed holder's waiters miss a 10 s deadline about nine times in ten, against the docs' "each
+/// wait is bounded by the holder's remaining lease".
+#[tokio::test]
+async fn a_long_backoff_minimum_does_not_delay_the_look_at_a_crashed_holders_lease_end() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let names = ["jitter-a", "jitter-b", "jitter-c"];
+        for name in names {
+            redis.crashed_writer(name, Duration::from_millis(500));
+        }
+        let client = redis
+            .builder()
+            .wait_backoff(Duration::from_secs(60), Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let writes = names.map(|name| {
+            let lock = client.rwlock(name).unwrap();
+            async move { lock.write_timeout(Duration::from_secs(10)).await }
+        });
+        for (name, got) in names
+            .iter()
+            .zip(futures_util::future::join_all(writes).await)
+        {
+            let guard = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            guard.unlock().await.unwrap();
+        }
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

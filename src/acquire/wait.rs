@@ -46,6 +46,10 @@ use crate::time::{after, sleep_until};
 /// takes a new id (the first may then be counted twice, once in a lease at most).
 const RESEND_WITHIN: Duration = Duration::from_secs(9);
 
+/// The most a waiter puts off its look at a holder's lease end, to spread the looks of several
+/// waiters: the default backoff minimum.
+const JITTER: Duration = Duration::from_millis(10);
+
 /// Waits for `ask` up to `timeout` (`None`: as long as it takes). `waited`: the caller already
 /// waited for its turn behind other tasks of this client (local hand-off), so it is a waiter
 /// from its first attempt on: an attempt that cannot reach Redis is waited out, as a queued
@@ -339,7 +343,9 @@ async fn wait(
         let Some(w) = &waiter else { continue };
         let now = Instant::now();
         let known_at = known(&waiter, own_deadline);
-        let jitter = config.backoff_min.mul_f64(fastrand::f64());
+        // Spreads the looks of waiters that wait for the same lease end; never more than
+        // `JITTER`, whatever the backoff's minimum, so a look is not put off long past it.
+        let jitter = config.backoff_min.min(JITTER).mul_f64(fastrand::f64());
         let timer = if !w.push_active() {
             let poll = after(now, backoff.next_delay());
             Some(known_at.map_or(poll, |d| poll.min(d.max(now))))
