@@ -944,3 +944,94 @@ async fn lock_as_joins_the_owners_hold_and_inspect_and_force_unlock_see_every_no
     })
     .await;
 }
+
+/// Found by review: a busy answer's wait was cut to the backoff maximum (1 s) before it was
+/// known how it would be used, so a timeout's `lease_left` (a layer's `Retry-After`) said 1 s
+/// at most while the holder had most of its 30 s lease left.
+#[tokio::test]
+async fn a_timeout_reports_the_holders_lease_left_not_the_recheck_interval() {
+    let nodes = Nodes::start(3).await;
+    within(Duration::from_secs(60), async {
+        let holder = nodes.client();
+        let other = nodes.client();
+        let held = holder.mutex("busy").unwrap().lock().await.unwrap();
+        let mutex = other.mutex("busy").unwrap();
+        for timeout in [Duration::ZERO, Duration::from_millis(1500)] {
+            match mutex.lock_timeout(timeout).await {
+                Err(Error::Timeout {
+                    lease_left: Some(left),
+                    ..
+                }) => assert!(left > Duration::from_secs(20), "{timeout:?}: {left:?} left"),
+                other => panic!("{timeout:?}: {other:?}"),
+            }
+        }
+        held.unlock().await.unwrap();
+        // Free again: the waiter takes it at once.
+        mutex
+            .lock_timeout(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+/// The other side of the test above: the nodes' holds a waiter finds may be other contenders'
+/// grants, given back without a word, so whatever lease they report, a waiter looks again
+/// within the backoff maximum.
+#[tokio::test]
+async fn a_waiter_looks_again_soon_at_holds_given_back_without_a_word() {
+    let nodes = Nodes::start(3).await;
+    within(Duration::from_secs(60), async {
+        // Two contenders, each with the grant of one node, 30 s leases.
+        let mut grants = Vec::new();
+        for i in 0..2 {
+            let pool = Config::from_url(nodes.servers[i].url())
+                .create_pool(Some(Runtime::Tokio1))
+                .unwrap();
+            let one = LockClient::builder(pool, nodes.servers[i].url().as_str())
+                .key_prefix(&nodes.prefix)
+                .build()
+                .unwrap();
+            grants.push(one.mutex("split").unwrap().lock().await.unwrap());
+        }
+        let waiter = nodes.client();
+        let mutex = waiter.mutex("split").unwrap();
+        let waiting =
+            tokio::spawn(async move { mutex.lock_timeout(Duration::from_secs(10)).await });
+        // Both busy answers were given (each marks its node's lock), then the grants go
+        // without a release's message.
+        let lock = format!("{}:{{split}}", nodes.prefix);
+        for i in 0..2 {
+            let conn = nodes.conn(i).await;
+            until(|| {
+                let (mut conn, lock) = (conn.clone(), lock.clone());
+                async move {
+                    let v: Option<String> = redis::cmd("GET")
+                        .arg(&lock)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
+                }
+            })
+            .await;
+        }
+        for i in 0..2 {
+            let _: () = redis::cmd("DEL")
+                .arg(&lock)
+                .query_async(&mut nodes.conn(i).await)
+                .await
+                .unwrap();
+        }
+        let got = waiting
+            .await
+            .unwrap()
+            .expect("the waiter looked again in time");
+        got.unlock().await.unwrap();
+        drop(grants);
+    })
+    .await;
+}

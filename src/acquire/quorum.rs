@@ -166,9 +166,10 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     }
     match (waits.iter().flatten().min(), failure) {
         // Held, as far as these nodes say: a release will say when it is free. The nodes'
-        // holds may be other contenders' grants, which are given back without a word: look
-        // again after the backoff maximum at the latest.
-        (Some(wait), _) => Ok(Attempt::Busy(Some((*wait).min(config.backoff_max)))),
+        // holds may be other contenders' grants, which are given back without a word: the wait
+        // looks again after the backoff maximum at the latest (`wait::acquire`), while the
+        // caller is told the holder's lease (a `Retry-After`).
+        (Some(wait), _) => Ok(Attempt::Busy(Some(*wait))),
         (None, _) if !waits.is_empty() => Ok(Attempt::Busy(Some(config.backoff_max))),
         (None, Some(err)) => Err(err),
         // A majority granted, but too late to be used.
