@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Full};
 use redlatch::layer::{LayerError, LockLayer, OnLost, PermitLayer, RequestHold};
 use redlatch::{LockClient, LockKind};
 
+use redlatch_harness::proxy::Mode;
 use support::{TestRedis, within};
 use tokio::sync::{Notify, oneshot};
 use tower::{Layer, ServiceExt, service_fn};
@@ -600,6 +601,49 @@ async fn the_permit_layer_times_out_reports_a_capacity_clash_and_frees_on_body_d
         let again = patient.oneshot(request("/")).await.unwrap();
         assert_eq!(again.status(), StatusCode::OK);
         support::until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+/// Found by review: with `reentry_header` set, every request's hold was marked as in use
+/// elsewhere (its owner token read for the request's extension) whether or not the handler
+/// read it, so a request cancelled for a lease lost at its deadline sent no release and the
+/// name stayed taken for the rest of the lease in Redis.
+#[tokio::test]
+async fn a_token_the_handler_never_read_does_not_keep_a_lapsed_hold_taken() {
+    // Our own server: the proxy holds this client's replies back.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        // Renewals every 3 s; lost at about 9 s with the first renewal's answer held back,
+        // when Redis, which got that renewal, still holds the name for about 3 s.
+        let cut = builder
+            .default_lease(Duration::from_secs(9))
+            .build()
+            .unwrap();
+        let other = redis.client();
+        let (started, dropped) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+        let service = LockLayer::new(cut.clone(), by_path)
+            .reentry_header(HeaderName::from_static("x-lock-owner"))
+            .layer(stuck_handler(Arc::clone(&started), Arc::clone(&dropped)));
+        let call = tokio::spawn(service.oneshot(request("/lapsed")));
+        started.notified().await;
+        proxy.set(Mode::HoldReplies);
+        let err = call.await.unwrap().unwrap_err();
+        assert!(
+            matches!(layer_error(&err), LayerError::LeaseLost { .. }),
+            "{err:?}"
+        );
+        proxy.set(Mode::Pass);
+        // Freed by the cancelled request's release, well before Redis would let it go.
+        let next = other
+            .mutex("/lapsed")
+            .unwrap()
+            .lock_timeout(Duration::from_millis(1500))
+            .await
+            .unwrap();
+        next.unlock().await.unwrap();
+        assert!(dropped.load(Ordering::SeqCst));
     })
     .await;
 }

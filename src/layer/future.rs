@@ -198,7 +198,9 @@ where
             Err(err) => return R::layer_error(err),
         };
         let owner = match &taken {
-            Taken::Lock(guard) if job.show_owner => Some(*guard.owner()),
+            // Marked shared only if the handler reads it (`RequestHold::owner`): a hold whose
+            // token never left keeps local hand-off and its release once lost at its deadline.
+            Taken::Lock(guard) if job.show_owner => Some(guard.owner_to_share()),
             _ => None,
         };
         request

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::lease::Sharer;
 use crate::{HoldView, Lost, OwnerToken};
 
 /// What the handler of a request served under a lock or permit can see of the hold: found in
@@ -19,7 +20,8 @@ use crate::{HoldView, Lost, OwnerToken};
 #[derive(Clone)]
 pub struct RequestHold {
     view: HoldView,
-    owner: Option<OwnerToken>,
+    /// The owner token, and what marks the hold shared once it is read.
+    owner: Option<(OwnerToken, Sharer)>,
 }
 
 impl fmt::Debug for RequestHold {
@@ -33,7 +35,7 @@ impl fmt::Debug for RequestHold {
 }
 
 impl RequestHold {
-    pub(crate) fn new(view: HoldView, owner: Option<OwnerToken>) -> Self {
+    pub(crate) fn new(view: HoldView, owner: Option<(OwnerToken, Sharer)>) -> Self {
         Self { view, owner }
     }
 
@@ -61,7 +63,10 @@ impl RequestHold {
 
     /// The owner token, to carry to a downstream service in the re-entry header; `None` unless
     /// the layer was given a [`reentry_header`](super::LockLayer::reentry_header). It is a
-    /// capability: send it only to services you trust.
+    /// capability: send it only to services you trust. Once read, the hold is treated as in
+    /// use elsewhere, as [`MutexGuard::owner`](crate::MutexGuard::owner) says: it is not passed
+    /// to another task of this client, nor released once lost at its deadline. A request whose
+    /// handler never reads it keeps both.
     ///
     /// ```no_run
     /// # fn demo(hold: redlatch::layer::RequestHold) {
@@ -71,7 +76,10 @@ impl RequestHold {
     /// # }
     /// ```
     pub fn owner(&self) -> Option<&OwnerToken> {
-        self.owner.as_ref()
+        self.owner.as_ref().map(|(token, sharer)| {
+            sharer.share();
+            token
+        })
     }
 
     /// True while the request holds the lock or permit: until the layer releases it (when the

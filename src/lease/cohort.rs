@@ -232,8 +232,9 @@ pub(crate) struct Baton {
     last: u64,
     /// Tokens were reserved for passes when the hold was taken.
     reserved: bool,
-    /// The owner token was read or re-entered: it may be in use elsewhere.
-    shared: AtomicBool,
+    /// The owner token was read or re-entered: it may be in use elsewhere (shared with the
+    /// [`Sharer`](super::Sharer) of a token handed out to be read later).
+    shared: Arc<AtomicBool>,
 }
 
 impl Baton {
@@ -246,12 +247,13 @@ impl Baton {
             next: fence.saturating_add(1),
             last: fence.saturating_add(u64::from(passes)),
             reserved: passes > 0,
-            shared: AtomicBool::new(false),
+            shared: Arc::default(),
         }
     }
 
-    pub(crate) fn share(&self) {
-        self.shared.store(true, Ordering::Relaxed);
+    /// The flag that says the owner token may be in use elsewhere.
+    pub(crate) fn shared(&self) -> &Arc<AtomicBool> {
+        &self.shared
     }
 }
 
@@ -337,7 +339,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
                     next: baton.next.saturating_add(1),
                     last: baton.last,
                     reserved: baton.reserved,
-                    shared: AtomicBool::new(false),
+                    shared: Arc::default(),
                 }),
                 since: Some(Instant::now()),
             };
