@@ -247,6 +247,54 @@ async fn a_known_workload_is_counted_per_kind() {
             4,
             "a hold no guard had was counted in the hold time"
         );
+
+        // Found by review: a hold passed to a local waiter that gave up before it read it was
+        // counted as handed over, and in the hold time, though no guard ever had it.
+        let local = redis
+            .builder()
+            .local_handoff(redlatch::LocalHandoff::new(64, Duration::from_secs(10)))
+            .build()
+            .unwrap();
+        let m = local.mutex("passed").unwrap();
+        let local_handovers = [("kind", "mutex"), ("via", "local")];
+        let handed_before = seen
+            .lock()
+            .unwrap()
+            .counter("redlatch_handovers_total", &local_handovers);
+        let first = m.lock().await.unwrap();
+        // The second queues behind the first in this client, then leads (the first's hold,
+        // taken alone, reserved no passes and goes back to Redis), reserving passes.
+        let mut second = Box::pin(m.lock());
+        entered(&mut second).await;
+        drop(first);
+        let second = second.await.unwrap();
+        // The third queues behind the second, is passed its hold, and gives up unread.
+        let mut third = Box::pin(m.lock());
+        entered(&mut third).await;
+        drop(second);
+        drop(third);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+        let mut seen = seen.lock().unwrap();
+        assert_eq!(seen.counter("redlatch_acquisitions_total", &mutex), 6);
+        assert_eq!(
+            seen.samples("redlatch_hold_seconds", &mutex),
+            6,
+            "a passed hold no guard had was counted in the hold time"
+        );
+        assert_eq!(
+            seen.counter("redlatch_handovers_total", &local_handovers),
+            handed_before,
+            "a hold passed to a waiter that gave up was counted as handed over"
+        );
     })
     .await;
+}
+
+/// Polls `acquire` once: it has entered its wait (it must not be ready yet).
+async fn entered<F: std::future::Future + Unpin>(acquire: &mut F) {
+    tokio::select! {
+        biased;
+        _ = acquire => panic!("acquired while the name was held"),
+        () = std::future::ready(()) => {}
+    }
 }

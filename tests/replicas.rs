@@ -444,6 +444,70 @@ async fn a_durable_wait_does_not_hold_up_the_clients_other_operations() {
     .await;
 }
 
+/// Found by review: every durable call of a client went over one connection, whose task ran
+/// one round at a time with one `WAIT` for the most replicas and the longest timeout any call
+/// of the round wanted: a handle asking for more replicas than there are held up every other
+/// durable call, the watchdog's renewals with them, and healthy holds were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_of_one_setting_does_not_hold_up_another_settings_renewals() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed
+            .builder(&bed.master)
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .expect("client");
+        let quick = client
+            .mutex("quick")
+            .expect("mutex")
+            .with_durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(500),
+            })
+            .expect("durability");
+        let held = quick.lock().await.expect("the one replica acknowledges");
+        // More replicas than there are: each attempt's `WAIT` lasts its whole 2 s, one after
+        // another.
+        let greedy = client
+            .mutex("greedy")
+            .expect("mutex")
+            .with_durability(Durability::Replicas {
+                count: 2,
+                timeout: Duration::from_secs(2),
+            })
+            .expect("durability");
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let attempts = tokio::spawn(async move {
+            let mut refused = 0;
+            while stopped.try_recv().is_err() {
+                match greedy.try_lock().await {
+                    Err(Error::NotReplicated {
+                        acked: 1,
+                        wanted: 2,
+                    }) => refused += 1,
+                    // The last attempt's grant is being given back.
+                    Ok(None) => tokio::task::yield_now().await,
+                    other => panic!("{other:?}"),
+                }
+            }
+            refused
+        });
+        // Two leases: renewed (each acknowledged by the replica) all along.
+        let mut lost = std::pin::pin!(held.lost());
+        tokio::select! {
+            () = &mut lost => panic!("a hold lost behind another setting's WAIT"),
+            () = tokio::time::sleep(Duration::from_secs(6)) => {}
+        }
+        held.unlock().await.expect("unlock");
+        let _ = stop.send(());
+        let refused = attempts.await.expect("task");
+        assert!(refused >= 2, "{refused} long waits");
+        assert!(!bed.exists(&bed.master, "greedy").await);
+        assert!(!bed.exists(&bed.master, "quick").await);
+    })
+    .await;
+}
+
 /// The ids of the server's connections whose last command was `EVALSHA`.
 async fn script_connections(conn: &mut MultiplexedConnection) -> Vec<String> {
     let list: String = redis::cmd("CLIENT")

@@ -37,6 +37,7 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
                     // A hold passed just as the deadline came is taken; a turn to lead goes
                     // on to the next waiter at once.
                     if let Some(held) = place.passed() {
+                        crate::meter::handed_over(engine.family.label(), true);
                         return Ok(held);
                     }
                     return Err(Error::Timeout {
@@ -47,7 +48,10 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
             };
             drop(waiting);
             match turn {
-                Turn::Pass(held) => return Ok(held),
+                Turn::Pass(held) => {
+                    crate::meter::handed_over(engine.family.label(), true);
+                    return Ok(held);
+                }
                 Turn::Lead {
                     release,
                     head_start,
@@ -100,7 +104,8 @@ async fn released(engine: &Engine, lease: Lease) -> bool {
     })
 }
 
-/// A local waiter's place in its cohort's queue. A turn sent to it as it gives up (its deadline
+/// A local waiter's place in its cohort's queue (a hold passed to it is counted as handed over
+/// when it is taken from here, not when it is sent). A turn sent to it as it gives up (its deadline
 /// came, or its future was dropped) is not lost with it: a passed hold is let go again (to the
 /// next waiter, or released in Redis), and a turn to lead goes to the next waiter. Without
 /// this, a turn to lead dropped unread left every other waiter of the client waiting for a
@@ -128,8 +133,11 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        // A passed hold dropped here is let go as any: to the next waiter, or to Redis.
-        drop(self.passed());
+        // A passed hold dropped here is let go as any: to the next waiter, or to Redis. No
+        // guard had it: it is not counted in the hold time.
+        if let Some(mut held) = self.passed() {
+            held.since = None;
+        }
     }
 }
 

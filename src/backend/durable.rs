@@ -1,8 +1,10 @@
 //! Durable writes (one server): script calls that count only once replicas acknowledged them.
 //!
 //! `WAIT` blocks the connection it is sent on, and counts only that connection's writes, so
-//! durable calls go over a connection of their own, never the one every other request shares.
-//! One task owns it: it takes every call queued since its last round, sends them back to back
+//! durable calls go over a connection of their own, never the one every other request shares;
+//! one per durability setting in use, so that one setting's long `WAIT` (many replicas, a long
+//! timeout) never holds up the calls and renewals of another. A task owns each: it takes every
+//! call queued since its last round, sends them back to back
 //! (with `ROLE`, which says how many replicas are connected), then one `WAIT` that covers them
 //! all (group commit), and answers each call with its reply and the acknowledgements. Calls
 //! that want their writes fsynced wait with one `WAITAOF` instead; the server is asked once per
@@ -74,8 +76,8 @@ struct Job {
     reply: oneshot::Sender<Result<Acked>>,
 }
 
-/// The durable connection's task, as its callers see it.
-#[derive(Debug)]
+/// A durable connection's task, as its callers see it.
+#[derive(Debug, Clone)]
 pub(crate) struct Durable {
     jobs: mpsc::UnboundedSender<Job>,
 }

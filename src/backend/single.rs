@@ -38,8 +38,10 @@ pub(crate) struct Node {
     /// read and no lock.
     stalled_since: AtomicU64,
     epoch: Instant,
-    /// The connection of durable calls, whose `WAIT` would block every other request.
-    durable: std::sync::OnceLock<Durable>,
+    /// The connections of durable calls, whose `WAIT` would block every other request: one
+    /// per durability setting in use, so that one setting's long `WAIT` never holds up the
+    /// calls (and renewals) of another.
+    durable: std::sync::Mutex<Vec<(Want, Durable)>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -59,7 +61,7 @@ impl Node {
             connecting: tokio::sync::Mutex::new(()),
             stalled_since: AtomicU64::new(0),
             epoch: Instant::now(),
-            durable: std::sync::OnceLock::new(),
+            durable: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -189,20 +191,33 @@ impl Node {
         }
     }
 
-    /// Completes once every call queued on the durable connection before it has run (at once
-    /// if none was ever made).
-    pub(crate) async fn durable_barrier(&self) {
-        if let Some(durable) = self.durable.get() {
-            durable.barrier().await;
-        }
+    /// The durable connections, as they are now (every update is one push: a poisoned lock
+    /// still holds a valid list).
+    fn durables(&self) -> std::sync::MutexGuard<'_, Vec<(Want, Durable)>> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `request` over the durable connection (started on first use), then waits for
-    /// `want` replicas to acknowledge it: its raw reply and the acknowledgements.
+    /// Completes once every call queued on the durable connections before it has run (at
+    /// once if none was ever made).
+    pub(crate) async fn durable_barrier(&self) {
+        let durables: Vec<Durable> = self.durables().iter().map(|(_, d)| d.clone()).collect();
+        futures_util::future::join_all(durables.iter().map(Durable::barrier)).await;
+    }
+
+    /// Runs `request` over the durable connection of `want` (started on first use), then
+    /// waits for `want` replicas to acknowledge it: its raw reply and the acknowledgements.
     pub(crate) async fn send_durable<R: Request>(&self, request: &R, want: Want) -> Result<Acked> {
-        let durable = self
-            .durable
-            .get_or_init(|| Durable::spawn(self.source.clone(), self.scripts.clone()));
+        let durable = {
+            let mut durables = self.durables();
+            match durables.iter().find(|(w, _)| *w == want) {
+                Some((_, durable)) => durable.clone(),
+                None => {
+                    let durable = Durable::spawn(self.source.clone(), self.scripts.clone());
+                    durables.push((want, durable.clone()));
+                    durable
+                }
+            }
+        };
         let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
         durable.send(by_hash, source, want).await
     }

@@ -326,7 +326,6 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
         return LetGo::Release(None);
     }
     if passable {
-        let kind = held.hold().family.label();
         while let Some(tx) = state.next_waiter() {
             let next = Held {
                 owner: held.owner,
@@ -344,10 +343,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
                 since: Some(Instant::now()),
             };
             match tx.send(Turn::Pass(next)) {
-                Ok(()) => {
-                    crate::meter::handed_over(kind, true);
-                    return LetGo::Passed;
-                }
+                Ok(()) => return LetGo::Passed,
                 Err(Turn::Pass(mut back)) => {
                     // Gave up just now: the hold comes back, for the next one.
                     back.baton = None;
