@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -62,9 +63,11 @@ impl<T> Future for ResponseFuture<T> {
     }
 }
 
-/// A lock or permit held for a request.
+/// A lock or permit held for a request. The lock's guard is shared with the request's
+/// [`RequestHold`] only weakly, so that the handler can read its owner token when it needs it
+/// (and only then mark the hold as in use elsewhere) without keeping it past the request.
 pub(crate) enum Taken {
-    Lock(MutexGuard),
+    Lock(Arc<MutexGuard>),
     Permit(SemaphorePermit),
 }
 
@@ -117,20 +120,20 @@ impl Job {
         let result: crate::Result<Taken> = async {
             Ok(match (self.target, &self.owner) {
                 (Target::Mutex, None) => {
-                    Taken::Lock(client.mutex(name)?.lock_timeout(limit).await?)
+                    Taken::Lock(Arc::new(client.mutex(name)?.lock_timeout(limit).await?))
                 }
-                (Target::Mutex, Some(owner)) => {
-                    Taken::Lock(client.mutex(name)?.lock_as_timeout(owner, limit).await?)
-                }
-                (Target::FairMutex, None) => {
-                    Taken::Lock(client.fair_mutex(name)?.lock_timeout(limit).await?)
-                }
-                (Target::FairMutex, Some(owner)) => Taken::Lock(
+                (Target::Mutex, Some(owner)) => Taken::Lock(Arc::new(
+                    client.mutex(name)?.lock_as_timeout(owner, limit).await?,
+                )),
+                (Target::FairMutex, None) => Taken::Lock(Arc::new(
+                    client.fair_mutex(name)?.lock_timeout(limit).await?,
+                )),
+                (Target::FairMutex, Some(owner)) => Taken::Lock(Arc::new(
                     client
                         .fair_mutex(name)?
                         .lock_as_timeout(owner, limit)
                         .await?,
-                ),
+                )),
                 (Target::Permit(permits), _) => Taken::Permit(
                     client
                         .semaphore(name, permits)?
@@ -198,9 +201,10 @@ where
             Err(err) => return R::layer_error(err),
         };
         let owner = match &taken {
-            // Marked shared only if the handler reads it (`RequestHold::owner`): a hold whose
-            // token never left keeps local hand-off and its release once lost at its deadline.
-            Taken::Lock(guard) if job.show_owner => Some(guard.owner_to_share()),
+            // Read (and the hold marked as in use elsewhere) only if the handler asks for it
+            // (`RequestHold::owner`): a hold whose token never left keeps local hand-off and
+            // its release once lost at its deadline.
+            Taken::Lock(guard) if job.show_owner => Some(Arc::downgrade(guard)),
             _ => None,
         };
         request

@@ -1,9 +1,9 @@
 //! [`RequestHold`]: what the handler sees of the hold it is served under.
 
 use std::fmt;
+use std::sync::{OnceLock, Weak};
 
-use crate::lease::Sharer;
-use crate::{HoldView, Lost, OwnerToken};
+use crate::{HoldView, Lost, MutexGuard, OwnerToken};
 
 /// What the handler of a request served under a lock or permit can see of the hold: found in
 /// the request's extensions (`axum::Extension<RequestHold>` in axum).
@@ -20,8 +20,9 @@ use crate::{HoldView, Lost, OwnerToken};
 #[derive(Clone)]
 pub struct RequestHold {
     view: HoldView,
-    /// The owner token, and what marks the hold shared once it is read.
-    owner: Option<(OwnerToken, Sharer)>,
+    /// The lock's guard, held by the layer, whose owner token is read on the handler's first
+    /// ask; the token once read.
+    owner: Option<(Weak<MutexGuard>, OnceLock<OwnerToken>)>,
 }
 
 impl fmt::Debug for RequestHold {
@@ -35,8 +36,11 @@ impl fmt::Debug for RequestHold {
 }
 
 impl RequestHold {
-    pub(crate) fn new(view: HoldView, owner: Option<(OwnerToken, Sharer)>) -> Self {
-        Self { view, owner }
+    pub(crate) fn new(view: HoldView, guard: Option<Weak<MutexGuard>>) -> Self {
+        Self {
+            view,
+            owner: guard.map(|guard| (guard, OnceLock::new())),
+        }
     }
 
     /// The lock's (or semaphore's) name.
@@ -66,7 +70,8 @@ impl RequestHold {
     /// capability: send it only to services you trust. Once read, the hold is treated as in
     /// use elsewhere, as [`MutexGuard::owner`](crate::MutexGuard::owner) says: it is not passed
     /// to another task of this client, nor released once lost at its deadline. A request whose
-    /// handler never reads it keeps both.
+    /// handler never reads it keeps both. Also `None` when first asked for after the layer let
+    /// the hold go (the token would re-enter nothing).
     ///
     /// ```no_run
     /// # fn demo(hold: redlatch::layer::RequestHold) {
@@ -76,10 +81,13 @@ impl RequestHold {
     /// # }
     /// ```
     pub fn owner(&self) -> Option<&OwnerToken> {
-        self.owner.as_ref().map(|(token, sharer)| {
-            sharer.share();
-            token
-        })
+        let (guard, token) = self.owner.as_ref()?;
+        if let Some(token) = token.get() {
+            return Some(token);
+        }
+        // Released already: its token re-enters nothing.
+        let guard = guard.upgrade()?;
+        Some(token.get_or_init(|| *guard.owner()))
     }
 
     /// True while the request holds the lock or permit: until the layer releases it (when the

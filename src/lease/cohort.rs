@@ -232,9 +232,8 @@ pub(crate) struct Baton {
     last: u64,
     /// Tokens were reserved for passes when the hold was taken.
     reserved: bool,
-    /// The owner token was read or re-entered: it may be in use elsewhere (shared with the
-    /// [`Sharer`](super::Sharer) of a token handed out to be read later).
-    shared: Arc<AtomicBool>,
+    /// The owner token was read or re-entered: it may be in use elsewhere.
+    shared: AtomicBool,
 }
 
 impl Baton {
@@ -247,13 +246,12 @@ impl Baton {
             next: fence.saturating_add(1),
             last: fence.saturating_add(u64::from(passes)),
             reserved: passes > 0,
-            shared: Arc::default(),
+            shared: AtomicBool::new(false),
         }
     }
 
-    /// The flag that says the owner token may be in use elsewhere.
-    pub(crate) fn shared(&self) -> &Arc<AtomicBool> {
-        &self.shared
+    pub(crate) fn share(&self) {
+        self.shared.store(true, Ordering::Relaxed);
     }
 }
 
@@ -338,7 +336,7 @@ pub(crate) fn let_go(held: &mut Held) -> LetGo {
                     next: baton.next.saturating_add(1),
                     last: baton.last,
                     reserved: baton.reserved,
-                    shared: Arc::default(),
+                    shared: AtomicBool::new(false),
                 }),
                 since: Some(Instant::now()),
             };

@@ -412,26 +412,6 @@ pub(crate) struct Held {
     pub(crate) since: Option<Instant>,
 }
 
-/// Marks a hold shared, as [`Held::share`] does, from outside its guard: for an owner token
-/// handed out to be read only if needed (a layer's request, whose handler may carry it
-/// downstream or not).
-#[derive(Debug, Clone)]
-pub(crate) struct Sharer {
-    hold: std::sync::Weak<Hold>,
-    baton: Option<Arc<AtomicBool>>,
-}
-
-impl Sharer {
-    pub(crate) fn share(&self) {
-        if let Some(hold) = self.hold.upgrade() {
-            hold.own.store(false, Ordering::SeqCst);
-        }
-        if let Some(shared) = &self.baton {
-            shared.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 /// A hold let go: passed to the next local waiter, or released in the background, after which
 /// the next local waiter (if any) takes the lock in Redis.
 impl Drop for Held {
@@ -511,15 +491,9 @@ impl Held {
     /// The owner token may be used elsewhere (it was read, or re-entered): the hold is not
     /// passed to another local owner any more, nor released once lost at its deadline.
     pub(crate) fn share(&self) {
-        self.sharer().share();
-    }
-
-    /// What marks this hold shared ([`share`](Self::share)) later, when a token handed out
-    /// to be read if needed is read.
-    pub(crate) fn sharer(&self) -> Sharer {
-        Sharer {
-            hold: Arc::downgrade(self.hold()),
-            baton: self.baton.as_ref().map(|b| Arc::clone(b.shared())),
+        self.hold().own.store(false, Ordering::SeqCst);
+        if let Some(baton) = &self.baton {
+            baton.share();
         }
     }
 

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use crate::acquire::{Ask, Engine};
 use crate::error::Result;
-#[cfg(feature = "tower")]
-use crate::lease::Sharer;
 use crate::lease::{Held, HoldView, Lost};
 use crate::protocol::{Claim, Family, Op};
 use crate::token::OwnerToken;
@@ -129,13 +127,6 @@ impl MutexGuard {
     pub fn owner(&self) -> &OwnerToken {
         self.held.share();
         &self.held.owner
-    }
-
-    /// The owner token, and what marks the hold shared as [`owner`](Self::owner) does, for a
-    /// token that is read only if needed.
-    #[cfg(feature = "tower")]
-    pub(crate) fn owner_to_share(&self) -> (OwnerToken, Sharer) {
-        (self.held.owner, self.held.sharer())
     }
 
     /// The fencing token of this holding: above every token issued for this name before it.
