@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlatch::{Error, LockKind};
+use redlatch_harness::proxy::Mode;
 use support::{TestRedis, crashing, until, within};
 use tokio::sync::Mutex as LocalMutex;
 use tokio::time::Instant;
@@ -529,6 +530,59 @@ async fn an_endless_timeout_is_no_deadline() {
         first.unlock().await.unwrap();
         waiter.await.unwrap().unwrap().unlock().await.unwrap();
         until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+/// Found by review: a waiter whose first attempt queued it in Redis but whose answer came too
+/// late (the response timed out) asked again as a fresh owner, and that attempt queued it again
+/// with a new ticket: behind every waiter that had queued meanwhile, against "waiters queue in
+/// the order they first asked".
+#[tokio::test]
+async fn a_waiter_whose_answer_came_late_keeps_its_place() {
+    // Our own server: the proxy holds this client's traffic back, and the script calls are
+    // counted.
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let slow = builder.build().unwrap();
+        let (holder, other) = (redis.client(), redis.client());
+        let held = holder
+            .fair_mutex("order")
+            .unwrap()
+            .with_lease(Duration::from_secs(60))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        // Connected, its scripts loaded.
+        let warm = slow.fair_mutex("warm").unwrap().lock().await.unwrap();
+        warm.unlock().await.unwrap();
+        // The first waiter's attempt queues it; its answer is held back.
+        proxy.set(Mode::HoldReplies);
+        let sent = slow.requests();
+        let first = slow.fair_mutex("order").unwrap();
+        let first = tokio::spawn(async move { first.lock().await });
+        until(|| async { redis.queued(&holder, "order").await == 1 }).await;
+        // Its next attempts wait in the proxy.
+        proxy.set(Mode::Blackhole);
+        let second = other.fair_mutex("order").unwrap();
+        let second = tokio::spawn(async move { second.lock().await });
+        until(|| async { redis.queued(&holder, "order").await == 2 }).await;
+        // The first waiter's answer timed out, and it asked again.
+        until(|| async { slow.requests() >= sent + 2 }).await;
+        let scripts = redis.calls("evalsha").await;
+        proxy.set(Mode::Pass);
+        until(|| async { redis.calls("evalsha").await > scripts }).await;
+        held.unlock().await.unwrap();
+        let (mut first, mut second) = (first, second);
+        let got = tokio::select! {
+            got = &mut first => got.unwrap().unwrap(),
+            _ = &mut second => panic!("the second waiter overtook the first"),
+        };
+        got.unlock().await.unwrap();
+        second.await.unwrap().unwrap().unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
     })
     .await;
 }

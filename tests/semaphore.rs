@@ -82,6 +82,65 @@ async fn a_release_after_the_lease_is_refused_and_frees_nothing() {
     .await;
 }
 
+/// Found by review: a semaphore's keys outlive its last lease end (until their expiry, pushed
+/// by the longest lease they held), and the capacity check ran before the leases that had run
+/// out were purged: a name nobody held or waited on refused another capacity, against the docs
+/// ("when nothing is held and nobody waits ... the next user sets the capacity").
+#[tokio::test]
+async fn an_idle_semaphore_takes_a_new_capacity_though_its_keys_linger() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        // A fixed 10-minute lease pushes the keys' expiry 10 minutes out.
+        let long = client
+            .semaphore("cap", 2)
+            .unwrap()
+            .with_lease(Duration::from_secs(600))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        // A holder that dies with a short lease.
+        crashing(|| async {
+            let crashed = redis
+                .builder()
+                .default_lease(Duration::from_millis(500))
+                .build()
+                .unwrap();
+            let permit = crashed
+                .semaphore("cap", 2)
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap();
+            let _ = Box::leak(Box::new(permit));
+        });
+        // Released while the crashed holder's permit is live: the name stays in use.
+        long.release().await.unwrap();
+        // The crashed holder's lease runs out: nobody holds, nobody waits.
+        until(|| async { client.inspect("cap").await.unwrap().holders.is_empty() }).await;
+        let wider = client.semaphore("cap", 5).unwrap();
+        assert_eq!(wider.available_permits().await.unwrap(), 5);
+        let permit = wider.acquire().await.unwrap();
+        // In use now with 5: the old capacity is refused.
+        let refused = client.semaphore("cap", 2).unwrap().try_acquire().await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::CapacityMismatch {
+                    ours: 2,
+                    theirs: 5,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        permit.release().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_crashed_holder_loses_its_permit_after_the_lease() {
     let redis = TestRedis::new();

@@ -31,7 +31,7 @@
 --                             little before; -1: never)
 --          {-1, type, i}      KEYS[i] holds foreign data of that Redis type
 --          {-2, layout}       the meta hash carries another layout tag
---          {-3, capacity}     the semaphore is in use with another capacity
+--          {-3, capacity}     the semaphore is in use (held or waited on) with another capacity
 --          {-4}               the owner holds a read lock and asked to write (upgrade refused)
 local layout, op, owner = ARGV[1], ARGV[2], ARGV[3]
 local units, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -43,14 +43,19 @@ local s, err = open(KEYS, layout, {'~layout', '~next', '~exp', '~cap', '~used', 
                    claim == 'new' and owner or nil)
 if not s then return err end
 s.ttl, s.cap, s.channel = ARGV[8], cap, channel
+local clock = redis.call('TIME')
+local now = now_ms(clock)
 if not s.exists then
   s.v['~cap'] = ARGV[5]
 elseif op == 's' and num(s, '~cap') ~= cap then
-  return {-3, num(s, '~cap')}
+  -- The stored capacity is the name's while it is in use: once the leases ran out and nobody
+  -- waits (the keys outlive the last lease end until their expiry), it is this call's to set.
+  s.cap = num(s, '~cap')
+  if purge(s, now) > 0 then handoff(s, channel, now, clock) end
+  if held(s) or redis.call('ZCARD', s.q) > 1 then return finish(s, {-3, s.cap}) end
+  put(s, '~cap', ARGV[5])
+  s.cap = cap
 end
-
-local clock = redis.call('TIME')
-local now = now_ms(clock)
 -- A grant's reply, with the server clock in µs (the client's estimate of it starts from there).
 local function granted(reply)
   reply[4] = string.format('%d', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
@@ -137,7 +142,10 @@ end
 
 if grace > 0 and not queued then
   queued = ticket(s, clock)
-  if redis.call('ZADD', s.q, queued, place, '+inf', '~') == 2 then s.fresh[s.q] = true end
+  local added = redis.call('ZADD', s.q, 'NX', queued, place, '+inf', '~')
+  if added == 2 then s.fresh[s.q] = true end
+  -- Queued already by an earlier attempt whose answer was lost: it keeps its place.
+  if added == 0 then queued = redis.call('ZSCORE', s.q, place) end
   s.wrote = true
 end
 local wait = -1

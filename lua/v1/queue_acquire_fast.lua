@@ -8,8 +8,9 @@
 -- * a fresh owner (claim `new`) that may queue (ARGV[7] > 0), holds nothing, and finds the
 --   name held against it (an exclusive want and any holder; a read and a writer; permits more
 --   than are free) before any lease ran out (`~next` not passed): it takes its place at the
---   end of the queue as queue_acquire would, in five calls (EXISTS, HMGET, TIME, ZADD, HSET of
---   `~seq`; a PEXPIREAT of a queue key it makes);
+--   end of the queue as queue_acquire would (or keeps the one an earlier attempt whose answer
+--   was lost took), in five calls (EXISTS, HMGET, TIME, ZADD NX, HSET of `~seq`; a PEXPIREAT of
+--   a queue key it makes);
 -- * a fresh owner that holds nothing joins the shared holders (a reader with no writer holding,
 --   permits that fit) while nobody waits and no lease ran out, as queue_acquire would, in six
 --   calls (EXISTS, HMGET, ZCARD of the queue, TIME, ZADD of the holders, HSET; for a permit a
@@ -142,7 +143,12 @@ do
         local ticket = string.format('%d', math.max((tonumber(m[5]) or 0) + 1, stamp))
         local place = ARGV[11] .. '/' .. owner .. '/' .. op .. ARGV[4] .. '/' .. ARGV[6] .. '/'
                       .. ARGV[7]
-        if redis.call('ZADD', KEYS[3], ticket, place, '+inf', '~') == 2 then
+        local added = redis.call('ZADD', KEYS[3], 'NX', ticket, place, '+inf', '~')
+        if added == 0 then
+          -- Queued already by an earlier attempt whose answer was lost: it keeps its place.
+          return {0, tonumber(m[2]) - now, tonumber(redis.call('ZSCORE', KEYS[3], place))}
+        end
+        if added == 2 then
           -- A new queue key lives as long as the others.
           local at = tonumber(m[7]) or 0
           if at > 0 then redis.call('PEXPIREAT', KEYS[3], at) end

@@ -178,8 +178,8 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "8408f86fcfb7b8ba34b6ccfe8b7c2bcf5cbe5f41",
-                "ac60d3f2aaa69f2d5aa001f112a27181a44443fb",
+                "c417e7a5f60a6b7bed557cbbc0b3957e0889c243",
+                "02eab1db4a1ecd75929db19aef720a5ca50349e5",
             ),
             (
                 &*QUEUE_RELEASE,

@@ -290,7 +290,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::CapacityMismatch`](crate::Error::CapacityMismatch) if the semaphore is in use with another capacity, and
+    /// [`Error::CapacityMismatch`](crate::Error::CapacityMismatch) if the semaphore is in use
+    /// (held or waited on) with another capacity, and
     /// connection or foreign-data errors as [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
@@ -316,7 +317,12 @@ impl Semaphore {
             .await?;
         match (snapshot.kind, snapshot.capacity) {
             (None, _) => Ok(engine.capacity),
-            (Some(LockKind::Semaphore), Some(theirs)) if theirs != engine.capacity => {
+            // Another capacity counts while the name is in use; an idle name's keys (leases
+            // run out, nobody queued) outlive it until their expiry, and the next user sets it.
+            (Some(LockKind::Semaphore), Some(theirs))
+                if theirs != engine.capacity
+                    && !(snapshot.holders.is_empty() && snapshot.waiters.is_empty()) =>
+            {
                 Err(Error::CapacityMismatch {
                     name: engine.name.to_string(),
                     ours: engine.capacity,
