@@ -142,8 +142,9 @@ pub enum Durability {
     /// Written to the append-only file and fsynced (`WAITAOF`, Redis 7.2 and later): by the
     /// master itself when `local` is set, and by at least `replicas` replicas, within
     /// `timeout`. Counted as acknowledgements, the master's included when `local` is set. The
-    /// server is asked once whether it has `WAITAOF`; one that does not (7.0, 7.1) fails every
-    /// such acquisition with [`Error::Unsupported`] before anything is taken.
+    /// server is asked once (per connection, with a `WAITAOF` that waits for nothing) whether
+    /// it has `WAITAOF`; one that does not (7.0, 7.1), or does not let the user run it, fails
+    /// every such acquisition with [`Error::Unsupported`] before anything is taken.
     Fsynced {
         /// The master's own fsync too (it needs `appendonly yes`).
         local: bool,

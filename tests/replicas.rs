@@ -245,6 +245,49 @@ async fn an_unacknowledged_renewal_does_not_extend_a_durable_hold() {
 /// `Durability::Fsynced` asks the server once whether it has `WAITAOF`. Redis 7.0 (this test's
 /// server) does not: the acquisition fails with `Unsupported` before any script runs, nothing
 /// is left, and a handle without it goes on working over the same durable connection.
+/// Found by review: the server was asked whether it has `WAITAOF` with `COMMAND INFO`, which a
+/// user without `COMMAND` may not run: every fsynced acquisition then failed with a connection
+/// error, asking again each time, instead of the documented `Unsupported`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsynced_durability_is_refused_for_a_user_who_may_not_ask_about_commands() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let mut conn = bed.conn(&bed.master).await;
+        let _: () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-command",
+            ])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER");
+        let url = bed
+            .master
+            .url()
+            .replacen("redis://", "redis://locker:pw@", 1);
+        let pool = deadpool_redis::Config::from_url(url.as_str())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        let client = redlatch::LockClient::builder(pool, url.as_str())
+            .key_prefix(&bed.prefix)
+            .durability(Durability::Fsynced {
+                local: false,
+                replicas: 1,
+                timeout: Duration::from_millis(300),
+            })
+            .build()
+            .expect("client");
+        for _ in 0..2 {
+            let refused = client.mutex("aof").expect("mutex").lock().await;
+            assert!(
+                matches!(refused, Err(Error::Unsupported { .. })),
+                "{refused:?}"
+            );
+        }
+        assert!(!bed.exists(&bed.master, "aof").await);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsynced_durability_is_refused_by_a_server_without_waitaof() {
     within(Duration::from_secs(60), async {
@@ -504,6 +547,53 @@ async fn a_long_wait_of_one_setting_does_not_hold_up_another_settings_renewals()
         assert!(refused >= 2, "{refused} long waits");
         assert!(!bed.exists(&bed.master, "greedy").await);
         assert!(!bed.exists(&bed.master, "quick").await);
+    })
+    .await;
+}
+
+/// Found by review: the watchdog sent every due renewal in one batch and waited for all of
+/// them before anything else, so a durable renewal whose `WAIT` could not be satisfied (the
+/// replica cut off) held up the plain holds renewed beside it until the batch timed out, and
+/// they were lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_renewal_nobody_acknowledges_does_not_hold_up_plain_renewals() {
+    within(Duration::from_secs(60), async {
+        let bed = Replicated::start().await;
+        let client = bed
+            .builder(&bed.master)
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .expect("client");
+        // The plain hold first: its lease ends first, and a batch of both was given until then.
+        let plain = client
+            .mutex("plain")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        let durable = client
+            .mutex("durable")
+            .expect("mutex")
+            .with_durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(2500),
+            })
+            .expect("durability")
+            .lock()
+            .await
+            .expect("the replica acknowledges");
+        // The replica is cut off: the durable hold's renewals wait out their `WAIT`, unacknowledged.
+        bed.link.set(Mode::Blackhole);
+        let mut lost = std::pin::pin!(plain.lost());
+        tokio::select! {
+            () = &mut lost => panic!("a plain hold lost behind a durable renewal"),
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        // The durable hold, whose renewals no replica acknowledged, is lost at its deadline.
+        assert!(!durable.is_held());
+        plain.unlock().await.expect("unlock");
+        bed.link.set(Mode::Pass);
+        drop(durable);
     })
     .await;
 }

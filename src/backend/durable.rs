@@ -178,7 +178,8 @@ async fn run(source: Source, scripts: Vec<&'static Script>, mut rx: mpsc::Unboun
                 let _ = job.reply.send(Err(match aof {
                     Some(_) => Error::Unsupported {
                         what: "Durability::Fsynced (WAITAOF)",
-                        reason: "the server has no WAITAOF (Redis 7.2 and later have it)",
+                        reason: "the server has no WAITAOF (Redis 7.2 and later have it), or \
+                                 this user may not run it",
                     },
                     None => shared(&"the server did not say whether it has WAITAOF"),
                 }));
@@ -195,18 +196,27 @@ async fn run(source: Source, scripts: Vec<&'static Script>, mut rx: mpsc::Unboun
     }
 }
 
-/// Whether the server has `WAITAOF` (`None`: it did not say).
+/// Whether the server has `WAITAOF` for this connection's user (`None`: it did not say).
+/// Asked with a `WAITAOF 0 0 1`, which waits for nothing: a server without it (7.0, 7.1)
+/// answers with an unknown command, and a user who may not run it has it no more than such a
+/// server does. (`COMMAND INFO`, asked before, failed for a user without `COMMAND`, and every
+/// fsynced call failed after it, asked again each time.)
 async fn probe_waitaof(conn: &MultiplexedConnection) -> Option<bool> {
     let mut conn = conn.clone();
-    let info: Value = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("WAITAOF")
-        .query_async(&mut conn)
-        .await
-        .ok()?;
-    match info {
-        Value::Array(items) => Some(!matches!(items.first(), None | Some(Value::Nil))),
-        _ => None,
+    let probe = redis::cmd("WAITAOF")
+        .arg(0)
+        .arg(0)
+        .arg(1)
+        .query_async::<Value>(&mut conn)
+        .await;
+    match probe {
+        Ok(_) => Some(true),
+        Err(err) => match err.kind() {
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::ResponseError | redis::ServerErrorKind::NoPerm,
+            ) => Some(false),
+            _ => None,
+        },
     }
 }
 

@@ -4,7 +4,9 @@
 //! releasing locks does not wake the task: a new hold wakes it only when it is due before the
 //! moment the task already plans to look. The task keeps the holds in a map and their due times
 //! in a heap; it wakes when the earliest is due, takes every renewal due within the next
-//! quarter interval too, and sends them in batches of up to [`BATCH`] holds per script call.
+//! quarter interval too, and sends them in batches of up to [`BATCH`] holds of one durability
+//! per script call. Batches go out without waiting for each other's answers: a slow one (a
+//! durable renewal's `WAIT`, a Redlock node that does not answer) holds up no other renewal.
 //! With the default 30 s lease, 10,000 held guards cost a few script calls per second.
 //!
 //! A hold is lost, never to be held again, when a renewal finds the lock gone or owned by
@@ -21,6 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -146,6 +150,8 @@ struct Entry {
     /// When the task next looks at it: its renewal, or its expiry if it is not renewed.
     due: Instant,
     renewing: bool,
+    /// A renewal of it is out: it is not due again until its answer is applied.
+    in_flight: bool,
 }
 
 /// The holds the task watches, by id, and their due times, earliest first. The heap may hold
@@ -166,6 +172,7 @@ impl Schedule {
                 hold,
                 due,
                 renewing,
+                in_flight: false,
             },
         );
     }
@@ -174,14 +181,19 @@ impl Schedule {
         if let Some(e) = self.entries.get_mut(&id) {
             e.due = due;
             e.renewing = renewing;
+            e.in_flight = false;
             self.heap.push(Reverse((due, id)));
         }
     }
 
-    /// The earliest live item, dropping stale ones on the way.
+    /// The earliest live item (not in flight), dropping stale ones on the way.
     fn peek(&mut self) -> Option<(Instant, u64)> {
         while let Some(&Reverse((due, id))) = self.heap.peek() {
-            if self.entries.get(&id).is_some_and(|e| e.due == due) {
+            if self
+                .entries
+                .get(&id)
+                .is_some_and(|e| e.due == due && !e.in_flight)
+            {
                 return Some((due, id));
             }
             self.heap.pop();
@@ -195,6 +207,7 @@ impl Schedule {
             self.heap = self
                 .entries
                 .iter()
+                .filter(|(_, e)| !e.in_flight)
                 .map(|(id, e)| Reverse((e.due, *id)))
                 .collect();
         }
@@ -203,6 +216,9 @@ impl Schedule {
 
 async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
     let mut schedule = Schedule::default();
+    // Renewals out, each applied as its answer comes: a slow one (a durable renewal's `WAIT`,
+    // a Redlock node that does not answer) never holds up the others, nor the next due ones.
+    let mut in_flight = FuturesUnordered::new();
     loop {
         dog.next_look.store(0, Ordering::SeqCst);
         if dog.stopped.load(Ordering::SeqCst) {
@@ -229,7 +245,9 @@ async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
                 }
             }
         }
-        renew_due(&backend, &mut schedule).await;
+        for chunk in take_due(&mut schedule) {
+            in_flight.push(renew(&backend, chunk));
+        }
         schedule.compact();
         let next = schedule.peek().map(|(due, _)| due);
         dog.next_look.store(
@@ -244,17 +262,21 @@ async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
         tokio::select! {
             _ = dog.wake.notified() => {}
             _ = sleep_until(next) => {}
+            Some((chunk, sent_at, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
+                apply(&mut schedule, &chunk, sent_at, outcome);
+            }
         }
     }
 }
 
-/// Takes every hold due now, or due within a quarter of its interval, and renews them in
-/// batches, all in flight at once; marks lost the ones whose lease ran out first.
-async fn renew_due(backend: &Backend, schedule: &mut Schedule) {
+/// Takes every hold due now, or due within a quarter of its interval (marking it in flight),
+/// and returns them in batches of one durability each (the backend waits for a batch's
+/// slowest group); marks lost the ones whose lease ran out first.
+fn take_due(schedule: &mut Schedule) -> Vec<Vec<Arc<Hold>>> {
     let now = Instant::now();
-    let mut due = Vec::new();
+    let mut due: Vec<Arc<Hold>> = Vec::new();
     while let Some((at, id)) = schedule.peek() {
-        let Some(e) = schedule.entries.get(&id) else {
+        let Some(e) = schedule.entries.get_mut(&id) else {
             break;
         };
         let slack = if e.renewing {
@@ -274,26 +296,31 @@ async fn renew_due(backend: &Backend, schedule: &mut Schedule) {
             hold.mark_lapsed();
             schedule.entries.remove(&id);
         } else if e.renewing {
+            e.in_flight = true;
             due.push(hold);
         } else {
             // A fixed lease that was extended by hand: watch its new expiry.
             schedule.reschedule(id, hold.expires_at(), false);
         }
     }
-    let renewals = due.chunks(BATCH).map(|chunk| renew(backend, chunk));
-    for (chunk, sent_at, outcome) in futures_util::future::join_all(renewals).await {
-        apply(schedule, chunk, sent_at, outcome);
+    let mut chunks: Vec<Vec<Arc<Hold>>> = Vec::new();
+    for hold in due {
+        match chunks
+            .iter_mut()
+            .find(|chunk| chunk.len() < BATCH && chunk[0].durable == hold.durable)
+        {
+            Some(chunk) => chunk.push(hold),
+            None => chunks.push(vec![hold]),
+        }
     }
+    chunks
 }
 
 /// What became of one batch's renewal: one status per hold, or why there is none.
 type Outcome = std::result::Result<Vec<i64>, String>;
 
 /// Renews one batch, within the time the earliest of its leases has left.
-async fn renew<'a>(
-    backend: &Backend,
-    chunk: &'a [Arc<Hold>],
-) -> (&'a [Arc<Hold>], Instant, Outcome) {
+async fn renew(backend: &Backend, chunk: Vec<Arc<Hold>>) -> (Vec<Arc<Hold>>, Instant, Outcome) {
     let sent_at = Instant::now();
     let limit = chunk
         .iter()
