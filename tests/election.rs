@@ -154,6 +154,44 @@ async fn an_observer_sees_a_silent_leader_go_when_its_own_lease_ends() {
     .await;
 }
 
+/// Found by review: a dropped leadership wrote its resignation once, and a connection that
+/// failed then (the leader's own network) lost it for good: observers went on showing the old
+/// leader until its lease ran out, though the hold was released soon after.
+#[tokio::test]
+async fn a_dropped_leaders_resignation_gets_through_a_stranded_connection() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        // The default 30 s lease: an observer learns nothing from the lease in this test.
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let watcher = redis.client();
+        let mut changes = watcher
+            .election("stranded")
+            .unwrap()
+            .observe()
+            .await
+            .unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let leader = cut
+            .election("stranded")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        let shown = changes.next().await.unwrap().unwrap().unwrap();
+        assert_eq!(shown.value, "here");
+        // The leader's open connections carry nothing from now on; new ones pass.
+        proxy.set(Mode::Strand);
+        drop(leader);
+        let gone = tokio::time::timeout(Duration::from_secs(15), changes.next())
+            .await
+            .expect("the observer still shows the dropped leader 15 s later");
+        assert_eq!(gone.unwrap().unwrap(), None);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store() {
     let redis = TestRedis::own();

@@ -336,7 +336,8 @@ fn leader_of(reading: &Reading) -> Option<Leader> {
 /// # Drop
 ///
 /// Dropping it resigns in the background (on a tokio runtime; else the hold is released by
-/// the client's background queue): observers are told, and the next candidate leads.
+/// the client's background queue): observers are told (tried again after a connection error,
+/// until the lease would end), and the next candidate leads.
 pub struct Leadership {
     /// `None` once resigned.
     guard: Option<MutexGuard>,
@@ -575,7 +576,19 @@ impl Drop for Leadership {
         };
         let engine = self.engine.clone();
         runtime.spawn(async move {
-            let _ = write_record(&engine, &guard, None).await;
+            // Told again after a connection error, as the release queue tries a release, until
+            // the leadership's lease would end anyway (observers then read the election again).
+            let until = tokio::time::Instant::from_std(guard.valid_until());
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match write_record(&engine, &guard, None).await {
+                    Err(err) if err.is_connection() && after(Instant::now(), pause) < until => {
+                        tokio::time::sleep(pause).await;
+                        pause = pause.saturating_mul(2).min(Duration::from_secs(1));
+                    }
+                    _ => break,
+                }
+            }
             drop(guard);
         });
     }
