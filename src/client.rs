@@ -649,7 +649,8 @@ impl LockClientBuilder {
     }
 
     /// The lease of every acquisition that does not name its own. Default: 30 s. With the
-    /// watchdog on, it is renewed every third of itself while the guard lives.
+    /// watchdog on, it is renewed every third of itself (less the
+    /// [`drift`](Self::drift) allowance) while the guard lives.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {

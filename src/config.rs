@@ -98,9 +98,9 @@ pub enum Fencing {
 /// Whether an acquisition waits for replicas to have its write before it counts (`WAIT`), and
 /// for how many. A grant that fewer replicas acknowledged within the timeout is released again
 /// and the acquisition fails with [`Error::NotReplicated`](crate::Error::NotReplicated).
-/// Durable writes go over a connection of their own (one per setting in use), one `WAIT`
-/// covering every durable write of that setting sent meanwhile, so the wait never holds up
-/// other lock operations. One server (a master with
+/// Durable writes go over a connection of their own (one per setting used, up to eight), one
+/// `WAIT` covering every durable write of that setting sent meanwhile, so the wait never holds
+/// up other lock operations. One server (a master with
 /// replicas) only: a cluster or Redlock client refuses it with
 /// [`Error::Unsupported`](crate::Error::Unsupported).
 ///

@@ -547,10 +547,6 @@ async fn force_unlock_deposes_a_leader() {
     .await;
 }
 
-/// Found by review: a leader lost at its deadline (renewals that reached Redis, their answers
-/// lost) was not released when its leadership was dropped: the hold's owner counted as shared,
-/// having been read for the leader's own record. Nobody could lead until the lease the
-/// renewals set ran out.
 /// Found by review: on a client built with `watchdog(false)` a leadership was never renewed:
 /// the leader was deposed at the end of every lease, and has no `extend` to keep it.
 #[tokio::test]
@@ -597,7 +593,7 @@ async fn a_lost_leader_can_neither_proclaim_nor_resign() {
     within(LIMIT, async {
         let (proxy, builder) = redis.through_proxy().await;
         let cut = builder
-            .default_lease(Duration::from_secs(6))
+            .default_lease(Duration::from_secs(9))
             .build()
             .unwrap();
         let other = redis.client();
@@ -628,6 +624,8 @@ async fn a_lost_leader_can_neither_proclaim_nor_resign() {
         let seen = other.election("lapsed").unwrap().leader().await.unwrap();
         assert_eq!(seen.map(|l| l.value).as_deref(), Some("here"));
         // Resigning still lets the name go (it may be held in Redis), and says it was lost.
+        let left = redis.exclusive_lease_left("lapsed").await;
+        assert!(left > Duration::from_millis(1500), "{left:?} left");
         let resigned = leadership.resign().await;
         assert!(
             matches!(resigned, Err(Error::NotHeld { .. })),
@@ -645,6 +643,10 @@ async fn a_lost_leader_can_neither_proclaim_nor_resign() {
     .await;
 }
 
+/// Found by review: a leader lost at its deadline (renewals that reached Redis, their answers
+/// lost) was not released when its leadership was dropped: the hold's owner counted as shared,
+/// having been read for the leader's own record. Nobody could lead until the lease the
+/// renewals set ran out.
 #[tokio::test]
 async fn a_leader_lost_at_its_deadline_is_released_when_dropped() {
     let redis = TestRedis::own();

@@ -59,11 +59,12 @@ async fn watchdog_keeps_a_guard_held_for_five_leases() {
 async fn a_large_drift_allowance_does_not_lose_a_renewed_hold() {
     let redis = TestRedis::new();
     within(LIMIT, async {
-        // Each renewal is counted on for 3 s - 30 ms - 2.2 s = 770 ms; a third of the lease is 1 s.
+        // Each renewal is counted on for 6 s - 60 ms - 4.4 s = 1.54 s; a third of the lease is
+        // 2 s. (Renewals every 513 ms leave a stall of about a second to spare.)
         let client = redis
             .builder()
-            .default_lease(Duration::from_secs(3))
-            .drift(0.01, Duration::from_millis(2200))
+            .default_lease(Duration::from_secs(6))
+            .drift(0.01, Duration::from_millis(4400))
             .build()
             .unwrap();
         let guard = client.mutex("drift").unwrap().lock().await.unwrap();

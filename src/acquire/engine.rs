@@ -369,12 +369,12 @@ impl Engine {
         // that wait for replicas: what gives it back goes on the shared connection, so only
         // once it has run (else it would find nothing, and the attempt then take what nobody
         // has).
-        if Want::of(self.durability).is_some()
+        if let Some(want) = Want::of(self.durability)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let this = self.clone();
             runtime.spawn(async move {
-                this.core.backend.after_durable().await;
+                this.core.backend.after_durable(want).await;
                 this.give_back(ask, queued);
             });
             return;

@@ -271,9 +271,9 @@ async fn wait(
     let mut own_deadline: Option<Instant> = None;
     let mut waiting: Option<(Instant, u64)> = None;
     // A Redlock client's nodes may be held by other contenders' grants, given back without a
-    // word: after a busy answer it looks again within the backoff maximum, whatever the lease.
+    // word: a waiter that looks itself looks again within the backoff maximum, whatever the
+    // lease.
     let quorum = engine.core.backend.as_quorum().is_some();
-    let mut recheck: Option<Instant> = None;
     // When the holder's lease runs out, as last heard: what a timeout reports.
     let known = |waiter: &Option<Waiter>, own: Option<Instant>| {
         if in_redis {
@@ -319,9 +319,6 @@ async fn wait(
                 }
             };
             let at = wait.map(|p| after(Instant::now(), p));
-            if quorum {
-                recheck = Some(after(sent, config.backoff_max));
-            }
             let w = waiter.get_or_insert_with(join);
             if in_redis {
                 own_deadline = at;
@@ -365,7 +362,11 @@ async fn wait(
         } else {
             None
         };
-        let timer = timer.map(|t| recheck.map_or(t, |r| t.min(r.max(now))));
+        let timer = if quorum {
+            timer.map(|t| t.min(after(now, config.backoff_max)))
+        } else {
+            timer
+        };
         let timer = match (timer, deadline) {
             (Some(t), Some(d)) => Some(t.min(d)),
             (t, d) => t.or(d),

@@ -2,8 +2,9 @@
 //!
 //! `WAIT` blocks the connection it is sent on, and counts only that connection's writes, so
 //! durable calls go over a connection of their own, never the one every other request shares;
-//! one per durability setting in use, so that one setting's long `WAIT` (many replicas, a long
-//! timeout) never holds up the calls and renewals of another. A task owns each: it takes every
+//! one per durability setting used (up to eight, `single::DURABLE_CONNECTIONS`), so that one
+//! setting's long `WAIT` (many replicas, a long timeout) never holds up the calls and renewals
+//! of another. A task owns each: it takes every
 //! call queued since its last round, sends them back to back
 //! (with `ROLE`, which says how many replicas are connected), then one `WAIT` that covers them
 //! all (group commit), and answers each call with its reply and the acknowledgements. Calls
@@ -211,10 +212,14 @@ async fn probe_waitaof(conn: &MultiplexedConnection) -> Option<bool> {
         .await;
     match probe {
         Ok(_) => Some(true),
+        // Only a refusal that will not change; anything else is asked again next time.
         Err(err) => match err.kind() {
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::ResponseError | redis::ServerErrorKind::NoPerm,
-            ) => Some(false),
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => Some(false),
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+                if err.to_string().to_lowercase().contains("unknown command") =>
+            {
+                Some(false)
+            }
             _ => None,
         },
     }

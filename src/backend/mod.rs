@@ -352,11 +352,11 @@ impl Backend {
         }
     }
 
-    /// Completes once every durable call made before it has run: what is sent after it on
-    /// the shared connection reaches the server after them.
-    pub(crate) async fn after_durable(&self) {
+    /// Completes once every durable call of `want` made before it has run: what is sent after
+    /// it on the shared connection reaches the server after them.
+    pub(crate) async fn after_durable(&self, want: Want) {
         if let Servers::Single(node) = &self.servers {
-            node.durable_barrier().await;
+            node.durable_barrier(want).await;
         }
     }
 

@@ -23,6 +23,20 @@ use crate::error::Result;
 /// requests sent, in order, and a release sent before a stall still happens after it.
 const STALL: Duration = Duration::from_secs(2);
 
+/// The most durability settings with a durable connection of their own, per server: further
+/// settings (handles that work their timeouts out per call, say) share the last one.
+const DURABLE_CONNECTIONS: usize = 8;
+
+/// The durable connection `want`'s calls go on, among `durables`: its own, or the last one once
+/// there are [`DURABLE_CONNECTIONS`]; `None` when it has none yet.
+fn durable_of(durables: &[(Want, Durable)], want: Want) -> Option<Durable> {
+    match durables.iter().find(|(w, _)| *w == want) {
+        Some((_, durable)) => Some(durable.clone()),
+        None if durables.len() >= DURABLE_CONNECTIONS => durables.last().map(|(_, d)| d.clone()),
+        None => None,
+    }
+}
+
 /// One Redis server.
 pub(crate) struct Node {
     source: Source,
@@ -39,8 +53,8 @@ pub(crate) struct Node {
     stalled_since: AtomicU64,
     epoch: Instant,
     /// The connections of durable calls, whose `WAIT` would block every other request: one
-    /// per durability setting in use, so that one setting's long `WAIT` never holds up the
-    /// calls (and renewals) of another.
+    /// per durability setting used (up to [`DURABLE_CONNECTIONS`]), so that one setting's long
+    /// `WAIT` never holds up the calls (and renewals) of another.
     durable: std::sync::Mutex<Vec<(Want, Durable)>>,
 }
 
@@ -197,27 +211,32 @@ impl Node {
         self.durable.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Completes once every call queued on the durable connections before it has run (at
-    /// once if none was ever made).
-    pub(crate) async fn durable_barrier(&self) {
-        let durables: Vec<Durable> = self.durables().iter().map(|(_, d)| d.clone()).collect();
-        futures_util::future::join_all(durables.iter().map(Durable::barrier)).await;
+    /// Completes once every call queued on the durable connection of `want` before it has
+    /// run (at once if none was ever made).
+    pub(crate) async fn durable_barrier(&self, want: Want) {
+        let durable = durable_of(&self.durables(), want);
+        if let Some(durable) = durable {
+            durable.barrier().await;
+        }
     }
 
-    /// Runs `request` over the durable connection of `want` (started on first use), then
-    /// waits for `want` replicas to acknowledge it: its raw reply and the acknowledgements.
+    /// The durable connection of `want`: its own, started on first use, or, once
+    /// [`DURABLE_CONNECTIONS`] settings have one, the last one made (which then carries every
+    /// further setting's calls too, each round waiting for the most any of them wants).
+    fn durable(&self, want: Want) -> Durable {
+        let mut durables = self.durables();
+        if let Some(durable) = durable_of(&durables, want) {
+            return durable;
+        }
+        let durable = Durable::spawn(self.source.clone(), self.scripts.clone());
+        durables.push((want, durable.clone()));
+        durable
+    }
+
+    /// Runs `request` over the durable connection of `want`, then waits for `want` replicas
+    /// to acknowledge it: its raw reply and the acknowledgements.
     pub(crate) async fn send_durable<R: Request>(&self, request: &R, want: Want) -> Result<Acked> {
-        let durable = {
-            let mut durables = self.durables();
-            match durables.iter().find(|(w, _)| *w == want) {
-                Some((_, durable)) => durable.clone(),
-                None => {
-                    let durable = Durable::spawn(self.source.clone(), self.scripts.clone());
-                    durables.push((want, durable.clone()));
-                    durable
-                }
-            }
-        };
+        let durable = self.durable(want);
         let (by_hash, source) = request.call(By::hash(Publish::Plain)).into_parts();
         durable.send(by_hash, source, want).await
     }

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -220,6 +220,9 @@ async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
     // a Redlock node that does not answer) never holds up the others, nor the next due ones.
     let mut in_flight = FuturesUnordered::new();
     loop {
+        // The batches out are driven here too, not only while the task waits below: a task
+        // kept busy by its inbox must not hold them back.
+        settle(&mut in_flight, &mut schedule);
         dog.next_look.store(0, Ordering::SeqCst);
         if dog.stopped.load(Ordering::SeqCst) {
             return;
@@ -248,6 +251,8 @@ async fn run(dog: Arc<Watchdog>, backend: Arc<Backend>) {
         for chunk in take_due(&mut schedule) {
             in_flight.push(renew(&backend, chunk));
         }
+        // Sent now (their first poll), not when the task next waits.
+        settle(&mut in_flight, &mut schedule);
         schedule.compact();
         let next = schedule.peek().map(|(due, _)| due);
         dog.next_look.store(
@@ -314,6 +319,16 @@ fn take_due(schedule: &mut Schedule) -> Vec<Vec<Arc<Hold>>> {
         }
     }
     chunks
+}
+
+/// Drives the batches out once, and applies the answers that have come.
+fn settle<F>(in_flight: &mut FuturesUnordered<F>, schedule: &mut Schedule)
+where
+    F: std::future::Future<Output = (Vec<Arc<Hold>>, Instant, Outcome)>,
+{
+    while let Some(Some((chunk, sent_at, outcome))) = in_flight.next().now_or_never() {
+        apply(schedule, &chunk, sent_at, outcome);
+    }
 }
 
 /// What became of one batch's renewal: one status per hold, or why there is none.

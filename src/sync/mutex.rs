@@ -23,7 +23,7 @@ use crate::token::OwnerToken;
 ///   elsewhere (another task, another process). The lock is free only when every hold of its
 ///   owner is released.
 /// * **Leases**: every hold has one (30 s by default). The client's watchdog renews it every
-///   third of the lease while the guard lives; [`with_lease`](Self::with_lease) gives a fixed
+///   third of the lease (less the drift allowance) while the guard lives; [`with_lease`](Self::with_lease) gives a fixed
 ///   lease that the watchdog leaves alone. A crashed holder's lock frees itself when its lease
 ///   runs out.
 /// * **Fencing**: every fresh acquisition gets a [`fencing_token`](MutexGuard::fencing_token)

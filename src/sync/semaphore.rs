@@ -26,7 +26,8 @@ use crate::token::OwnerToken;
 ///   A release wakes only the waiters it can satisfy.
 /// * **Capacity** is part of the name's state while it is in use (held or waited on): a client
 ///   that asks with another capacity gets [`Error::CapacityMismatch`](crate::Error::CapacityMismatch). When nothing is held and
-///   nobody waits, nothing is stored, and the next user sets the capacity.
+///   nobody waits, the stored capacity (if the keys are still there) no longer counts, and the
+///   next user sets it.
 ///
 /// ```no_run
 /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
