@@ -584,6 +584,36 @@ async fn a_leadership_is_renewed_with_the_watchdog_off() {
     .await;
 }
 
+/// A leader of `lapsed` through a proxy with a lease of `lease`, lost at its deadline: its
+/// renewals reached Redis, their answers held back (the proxy still holds them), so Redis holds
+/// the name on for more than 1.5 s.
+async fn lapsed_leader(
+    redis: &TestRedis,
+    lease: Duration,
+) -> (
+    redlatch_harness::proxy::Proxy,
+    redlatch::LockClient,
+    redlatch::Leadership,
+) {
+    let (proxy, builder) = redis.through_proxy().await;
+    let cut = builder.default_lease(lease).build().unwrap();
+    let leadership = cut
+        .election("lapsed")
+        .unwrap()
+        .campaign("here")
+        .await
+        .unwrap();
+    proxy.set(Mode::HoldReplies);
+    leadership.lost().await;
+    // What makes the case: the renewals that reached Redis hold the name on.
+    let left = redis.exclusive_lease_left("lapsed").await;
+    assert!(
+        left > Duration::from_millis(1500),
+        "{left:?} left in Redis when lost"
+    );
+    (proxy, cut, leadership)
+}
+
 /// Found by review: a leadership marked lost at its deadline (its renewals' answers never came)
 /// may still be held in Redis, and `proclaim` went to Redis without looking: it wrote the lost
 /// leader's new value for every observer to see, and `resign` said it stepped down.
@@ -591,25 +621,8 @@ async fn a_leadership_is_renewed_with_the_watchdog_off() {
 async fn a_lost_leader_can_neither_proclaim_nor_resign() {
     let redis = TestRedis::own();
     within(LIMIT, async {
-        let (proxy, builder) = redis.through_proxy().await;
-        let cut = builder
-            .default_lease(Duration::from_secs(9))
-            .build()
-            .unwrap();
+        let (proxy, _cut, mut leadership) = lapsed_leader(&redis, Duration::from_secs(9)).await;
         let other = redis.client();
-        let mut leadership = cut
-            .election("lapsed")
-            .unwrap()
-            .campaign("here")
-            .await
-            .unwrap();
-        proxy.set(Mode::HoldReplies);
-        leadership.lost().await;
-        let left = redis.exclusive_lease_left("lapsed").await;
-        assert!(
-            left > Duration::from_millis(1500),
-            "{left:?} left in Redis when lost"
-        );
         proxy.set(Mode::Pass);
         let proclaimed = loop {
             match leadership.proclaim("after lost").await {
@@ -651,27 +664,9 @@ async fn a_lost_leader_can_neither_proclaim_nor_resign() {
 async fn a_leader_lost_at_its_deadline_is_released_when_dropped() {
     let redis = TestRedis::own();
     within(LIMIT, async {
-        let (proxy, builder) = redis.through_proxy().await;
-        let cut = builder
-            .default_lease(Duration::from_secs(6))
-            .build()
-            .unwrap();
+        let (proxy, _cut, leadership) = lapsed_leader(&redis, Duration::from_secs(6)).await;
         let other = redis.client();
-        let leadership = cut
-            .election("lapsed")
-            .unwrap()
-            .campaign("here")
-            .await
-            .unwrap();
-        // Renewals reach Redis; their answers never come back.
-        proxy.set(Mode::HoldReplies);
-        leadership.lost().await;
-        // What makes the case: the renewals that reached Redis hold the name on.
         let left = redis.exclusive_lease_left("lapsed").await;
-        assert!(
-            left > Duration::from_millis(1500),
-            "{left:?} left in Redis when lost"
-        );
         proxy.set(Mode::Pass);
         drop(leadership);
         let next = other

@@ -1005,19 +1005,7 @@ async fn a_waiter_looks_again_soon_at_holds_given_back_without_a_word() {
         // without a release's message.
         let lock = format!("{}:{{split}}", nodes.prefix);
         for i in 0..2 {
-            let conn = nodes.conn(i).await;
-            until(|| {
-                let (mut conn, lock) = (conn.clone(), lock.clone());
-                async move {
-                    let v: Option<String> = redis::cmd("GET")
-                        .arg(&lock)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
-                }
-            })
-            .await;
+            support::marked(nodes.conn(i).await, &lock).await;
         }
         for i in 0..2 {
             let _: () = redis::cmd("DEL")

@@ -154,12 +154,11 @@ fn bench_refuses_a_hand_off_hold_over_a_minute() {
     }
 }
 
-/// Runs `force-unlock name` (with `extra` arguments) whose stdout's reader is gone before the
-/// tool writes anything, stdin empty; returns success and stderr.
-fn force_unlock_unread(url: &str, prefix: &str, name: &str, extra: &[&str]) -> (bool, String) {
+/// Runs the tool with `args` (`REDIS_URL` removed, stdin empty) whose stdout's reader is gone
+/// before it writes anything; returns success and stderr.
+fn unread(args: &[&str]) -> (bool, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
-        .args(["--url", url, "--prefix", prefix, "force-unlock", name])
-        .args(extra)
+        .args(args)
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -185,7 +184,11 @@ async fn force_unlock_whose_output_is_not_read_says_what_it_did() {
         let guard = client.fair_mutex("unread").unwrap().lock().await.unwrap();
         let run = |extra: &'static [&'static str]| {
             let (url, prefix) = (redis.url.clone(), redis.prefix.clone());
-            tokio::task::spawn_blocking(move || force_unlock_unread(&url, &prefix, "unread", extra))
+            tokio::task::spawn_blocking(move || {
+                let mut args = vec!["--url", &url, "--prefix", &prefix, "force-unlock", "unread"];
+                args.extend_from_slice(extra);
+                unread(&args)
+            })
         };
         // Without `--yes` the question cannot be asked: nothing is done, and the exit says so.
         let (ok, err) = run(&[]).await.unwrap();
@@ -253,33 +256,22 @@ async fn a_bench_whose_table_is_not_read_still_cleans_up_and_writes_its_file() {
             .to_str()
             .expect("a UTF-8 temporary directory")
             .to_owned();
-        let (status, stderr) = tokio::task::spawn_blocking(move || {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_redlatch"))
-                .args([
-                    "--url",
-                    &url,
-                    "--prefix",
-                    &prefix,
-                    "bench",
-                    "--metrics-cost",
-                ])
-                .args(["--quick", "--out", &dir])
-                .env_remove("REDIS_URL")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run redlatch");
-            drop(child.stdout.take());
-            let out = child.wait_with_output().expect("wait for redlatch");
-            (
-                out.status,
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
+        let (ok, stderr) = tokio::task::spawn_blocking(move || {
+            unread(&[
+                "--url",
+                &url,
+                "--prefix",
+                &prefix,
+                "bench",
+                "--metrics-cost",
+                "--quick",
+                "--out",
+                &dir,
+            ])
         })
         .await
         .unwrap();
-        assert!(status.success(), "{status:?}: {stderr}");
+        assert!(ok, "{stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
         // Run against the server it was given, it says so.
         assert!(

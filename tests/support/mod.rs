@@ -136,21 +136,25 @@ impl TestRedis {
     /// Waits until a waiter's busy attempt has marked the plain mutex `name` (the lock
     /// string's wait field is `w`): its holder's release will publish.
     pub async fn marked(&self, name: &str) {
-        let lock = self.lock_key(name);
-        let conn = self.conn().await;
-        until(|| {
-            let (mut conn, lock) = (conn.clone(), lock.clone());
-            async move {
-                let v: Option<String> = redis::cmd("GET")
-                    .arg(&lock)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
-            }
-        })
-        .await;
+        marked(self.conn().await, &self.lock_key(name)).await;
     }
+}
+
+/// Waits until a waiter's busy attempt has marked the plain mutex whose lock key is `lock` on
+/// the server of `conn` (the lock string's wait field is `w`).
+pub async fn marked(conn: redis::aio::MultiplexedConnection, lock: &str) {
+    until(|| {
+        let mut conn = conn.clone();
+        async move {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(lock)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            v.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
+        }
+    })
+    .await;
 }
 
 /// Logs to the test writer when `RUST_LOG` is set.
