@@ -52,17 +52,16 @@ async fn run(
             let until = hold
                 .expires_at()
                 .clamp(after(now, RETRY_AT_LEAST), after(now, RETRY_AT_MOST));
-            let mut pause = Duration::from_millis(20);
+            let mut retry = Retry::until(until);
             loop {
                 match release(&backend, &free, &hold).await {
                     Ok(_) => return,
-                    Err(Error::Pool(err)) if after(Instant::now(), pause) < until => {
+                    Err(Error::Pool(err)) if retry.fits() => {
                         tracing::debug!(lock = %hold.name, error = %err, "release waits for a connection");
                         tokio::select! {
-                            _ = tokio::time::sleep(pause) => {}
+                            () = retry.pause() => {}
                             _ = closed.changed() => return,
                         }
-                        pause = (pause * 2).min(RETRY_PAUSE_MAX);
                     }
                     Err(Error::NotHeld { .. }) => {
                         tracing::debug!(lock = %hold.name, "nothing to release: the hold or queue place was already gone");
@@ -75,6 +74,34 @@ async fn run(
                 }
             }
         });
+    }
+}
+
+/// The pauses between the tries of something sent again after a connection failure: from
+/// 20 ms, doubling up to [`RETRY_PAUSE_MAX`], while a try after the next pause still comes
+/// before `until`.
+pub(crate) struct Retry {
+    pause: Duration,
+    until: Instant,
+}
+
+impl Retry {
+    pub(crate) fn until(until: Instant) -> Self {
+        Self {
+            pause: Duration::from_millis(20),
+            until,
+        }
+    }
+
+    /// Whether a try after the next pause still comes before the deadline.
+    pub(crate) fn fits(&self) -> bool {
+        after(Instant::now(), self.pause) < self.until
+    }
+
+    /// Waits out the next pause.
+    pub(crate) async fn pause(&mut self) {
+        tokio::time::sleep(self.pause).await;
+        self.pause = self.pause.saturating_mul(2).min(RETRY_PAUSE_MAX);
     }
 }
 

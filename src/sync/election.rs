@@ -17,6 +17,7 @@ use crate::acquire::Engine;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lease::Lost;
+use crate::lease::release::Retry;
 use crate::notify::{Heard, Watch};
 use crate::protocol::election::{Proclaim, ReadLeader, Reading, Version};
 use crate::protocol::wake::{self, Wake};
@@ -578,14 +579,10 @@ impl Drop for Leadership {
         runtime.spawn(async move {
             // Told again after a connection error, as the release queue tries a release, until
             // the leadership's lease would end anyway (observers then read the election again).
-            let until = tokio::time::Instant::from_std(guard.valid_until());
-            let mut pause = Duration::from_millis(50);
+            let mut retry = Retry::until(Instant::from_std(guard.valid_until()));
             loop {
                 match write_record(&engine, &guard, None).await {
-                    Err(err) if err.is_connection() && after(Instant::now(), pause) < until => {
-                        tokio::time::sleep(pause).await;
-                        pause = pause.saturating_mul(2).min(Duration::from_secs(1));
-                    }
+                    Err(err) if err.is_connection() && retry.fits() => retry.pause().await,
                     _ => break,
                 }
             }
