@@ -170,7 +170,11 @@ impl Node {
     /// a command's error as its value.
     pub(crate) async fn send_commands(&self, pipeline: &Pipeline) -> Result<Vec<Value>> {
         let mut conn = self.connection().await?;
-        let replies: Vec<Value> = self.answered(pipeline.query_async(&mut conn).await)?;
+        // The connection's own method rather than `Pipeline::query_async`, whose trait call
+        // boxes a future of a kilobyte for every request. Our pipelines are never transactions
+        // and ignore no command: the replies come one per command, errors as values.
+        let replies =
+            self.answered(conn.send_packed_commands(pipeline, 0, pipeline.len()).await)?;
         // A command's error comes back as its value; one from a demoted master gives up the
         // connection all the same.
         let demoted_reply = replies.iter().any(|reply| {
@@ -273,12 +277,19 @@ pub(super) async fn send_on(
     by_hash: &Cmd,
     source: &str,
 ) -> redis::RedisResult<Value> {
-    match by_hash.query_async(conn).await {
+    match call(conn, by_hash).await {
         Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            by_source(by_hash, source).query_async(conn).await
+            call(conn, &by_source(by_hash, source)).await
         }
         other => other,
     }
+}
+
+/// `cmd.query_async(conn)` for a [`Value`], without the boxed future of a kilobyte that the
+/// trait call makes for every request: the connection's own method, and a server error in the
+/// reply (at its top or inside it) as the error.
+async fn call(conn: &mut MultiplexedConnection, cmd: &Cmd) -> redis::RedisResult<Value> {
+    conn.send_packed_command(cmd).await?.extract_error()
 }
 
 /// A demoted master still answers (`PING` too, so a pool cannot tell): after `READONLY` or
