@@ -165,14 +165,30 @@ async fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("redlatch: {err}");
-            let mut source = err.source();
-            while let Some(cause) = source {
+            for cause in causes(err.as_ref()) {
                 eprintln!("  caused by: {cause}");
-                source = cause.source();
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// The messages of `err`'s causes, outermost first, each said once: a cause whose message the
+/// one before already includes (the pool's error quotes the Redis error, which quotes the I/O
+/// error) is left out.
+fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut said = err.to_string();
+    let mut causes = Vec::new();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !said.contains(&text) {
+            causes.push(text.clone());
+            said = text;
+        }
+        source = cause.source();
+    }
+    causes
 }
 
 fn client(cli: &Cli) -> AnyResult<LockClient> {

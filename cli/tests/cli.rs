@@ -658,3 +658,26 @@ async fn a_reader_that_goes_away_ends_a_watch_quietly() {
     })
     .await;
 }
+
+#[test]
+fn an_error_says_each_cause_once() {
+    // A loopback port nobody listens on: the pool's error quotes the Redis error, which
+    // quotes the refused connection.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let (ok, out) = redlatch(&url, "redlatch-test", &["inspect", "a"], "");
+    assert!(!ok, "{out}");
+    assert!(out.contains("refused"), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("caused by")).collect();
+    assert!(!lines.is_empty(), "{out}");
+    for (i, line) in lines.iter().enumerate() {
+        let text = line.trim_start().trim_start_matches("caused by: ");
+        assert!(
+            lines[..i].iter().all(|before| !before.contains(text)),
+            "a cause said twice: {out}"
+        );
+    }
+}
