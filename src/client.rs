@@ -370,7 +370,8 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`mutex`](Self::mutex).
+    /// As [`mutex`](Self::mutex); [`Error::Unsupported`](crate::Error::Unsupported) on a
+    /// Redlock client (which serves the plain `Mutex` only).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -403,7 +404,8 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `permits` is zero, and as [`mutex`](Self::mutex) for the
-    /// name.
+    /// name; [`Error::Unsupported`](crate::Error::Unsupported) on a Redlock client (which
+    /// serves the plain `Mutex` only).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -419,7 +421,8 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`mutex`](Self::mutex).
+    /// As [`mutex`](Self::mutex); [`Error::Unsupported`](crate::Error::Unsupported) on a
+    /// Redlock client (which serves the plain `Mutex` only).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -879,8 +882,12 @@ impl LockClientBuilder {
     /// [`Error::InvalidArgument`] for a bad setting (empty prefix, lease outside
     /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), the same for the
     /// waiter timeout, a zero backoff minimum, a backoff minimum above its maximum or a maximum
-    /// above `MAX_LEASE`, a durability timeout under 1 ms or above `MAX_LEASE`) or outside a
-    /// tokio runtime; [`Error::Redis`] for a bad server address.
+    /// above `MAX_LEASE`, a durability timeout under 1 ms or above `MAX_LEASE`, a `drift` rate
+    /// outside 0..0.5 or one that leaves nothing of the lease, a `local_handoff` outside its
+    /// bounds, a Redlock node timeout of zero or above `MAX_LEASE`, no seed or no Redlock
+    /// server) or outside a tokio runtime; [`Error::Unsupported`] for a durability on a Redis
+    /// Cluster or Redlock client, or a setting of one kind of client given to another (Redlock's
+    /// `fencing`, say, on a one-server client); [`Error::Redis`] for a bad server address.
     ///
     /// ```no_run
     /// # fn demo(pool: deadpool_redis::Pool) -> redlatch::Result<()> {
@@ -898,10 +905,7 @@ impl LockClientBuilder {
             _ => false,
         };
         if self.config.durability != Durability::None && !one_master {
-            return Err(Error::Unsupported {
-                what: "durability (WAIT for replicas)",
-                reason: "it is served on one server (a master and its replicas) only",
-            });
+            return Err(crate::backend::durability_unsupported());
         }
         if let Some(refused) = self.refused {
             return Err(refused);

@@ -82,7 +82,7 @@
 //! With the feature `metrics`, redlatch records through the [`metrics`](https://docs.rs/metrics)
 //! facade; the application installs the recorder (exporter) it wants, and without one each
 //! record costs one check. Labelled by primitive kind (`kind`: `mutex`, `fair_mutex`,
-//! `semaphore`, `rwlock`), never by name, so the series stay few:
+//! `semaphore`, `rwlock`, `election`), never by name, so the series stay few:
 //!
 //! | metric | type | what |
 //! |---|---|---|

@@ -3,9 +3,9 @@
 //! here costs one check (each metric's key is a static: see `by_kind`). Without the feature,
 //! every function is empty.
 //!
-//! Labelled by primitive kind only (`kind`: `mutex`, `fair_mutex`, `semaphore`, `rwlock`), never
-//! by name, so the number of series stays bounded however many names a service uses. The names
-//! (see the crate docs' "Metrics" section):
+//! Labelled by primitive kind only (`kind`: `mutex`, `fair_mutex`, `semaphore`, `rwlock`,
+//! `election`), never by name, so the number of series stays bounded however many names a
+//! service uses. The names (see the crate docs' "Metrics" section):
 //!
 //! * `redlatch_acquisitions_total` (counter), `redlatch_wait_seconds` (histogram: from the call
 //!   to the hold, timed-out waits excluded), `redlatch_timeouts_total` (counter);

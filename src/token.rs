@@ -7,7 +7,8 @@ use crate::error::Error;
 
 pub(crate) const SHORT_ID_LEN: usize = 8;
 
-/// The identity of a lock owner: 128 random bits, written as 32 lowercase hex digits.
+/// The identity of a lock owner: a random (version 4) UUID, 122 random bits, written as 32
+/// lowercase hex digits.
 ///
 /// Every [`lock`](crate::Mutex::lock) makes a new owner, so two calls never share ownership by
 /// accident. A holder re-enters with [`MutexGuard::reenter`](crate::MutexGuard::reenter), or
@@ -82,10 +83,11 @@ impl fmt::Display for OwnerToken {
 impl FromStr for OwnerToken {
     type Err = Error;
 
-    /// Parses the 32-hex-digit form (the hyphenated UUID form is accepted too).
+    /// Parses the 32-hex-digit form; a UUID's other forms (hyphenated, braced, `urn:uuid:`) are
+    /// accepted too, and read as the same token.
     fn from_str(s: &str) -> Result<Self, Error> {
         uuid::Uuid::try_parse(s)
             .map(Self)
-            .map_err(|_| Error::invalid("owner token", "expected 32 hex digits"))
+            .map_err(|_| Error::invalid("owner token", "expected 32 hex digits (a UUID)"))
     }
 }

@@ -409,6 +409,18 @@ async fn inspect_and_force_unlock_work_on_a_cluster() {
             client.mutex("a{b}"),
             Err(Error::InvalidArgument { .. })
         ));
+        // Waiting for replicas is a single master's setting: a handle refuses it at once.
+        let durable = client
+            .semaphore("admin-durable", 2)
+            .unwrap()
+            .with_durability(redlatch::Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(100),
+            });
+        assert!(
+            matches!(durable, Err(Error::Unsupported { .. })),
+            "{durable:?}"
+        );
         assert!(t.leftovers().is_empty(), "{:?}", t.leftovers());
     })
     .await;

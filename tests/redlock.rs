@@ -386,15 +386,14 @@ async fn queued_primitives_are_unsupported() {
             "{result:?}"
         );
     }
-    // Durability is a replicated master's setting: a Redlock handle refuses it.
-    let durable = client
-        .mutex("a")
-        .expect("mutex")
-        .with_durability(redlatch::Durability::AllReplicas {
-            timeout: Duration::from_secs(1),
-        })
-        .expect("durability");
-    let refused = durable.try_lock().await;
+    // Durability is a replicated master's setting: a Redlock handle refuses it at once.
+    let refused =
+        client
+            .mutex("a")
+            .expect("mutex")
+            .with_durability(redlatch::Durability::AllReplicas {
+                timeout: Duration::from_secs(1),
+            });
     assert!(
         matches!(refused, Err(Error::Unsupported { .. })),
         "{refused:?}"

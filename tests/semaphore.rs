@@ -86,6 +86,29 @@ async fn a_release_after_the_lease_is_refused_and_frees_nothing() {
 /// by the longest lease they held), and the capacity check ran before the leases that had run
 /// out were purged: a name nobody held or waited on refused another capacity, against the docs
 /// ("when nothing is held and nobody waits ... the next user sets the capacity").
+/// A name in use as another primitive: the count of free permits is refused with the layout
+/// tag that name carries (not a debug rendering of its kind), and the holder keeps its hold.
+#[tokio::test]
+async fn available_permits_of_a_name_in_use_as_a_fair_mutex_names_its_layout() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let guard = client.fair_mutex("other").unwrap().lock().await.unwrap();
+        let refused = client
+            .semaphore("other", 2)
+            .unwrap()
+            .available_permits()
+            .await;
+        assert!(
+            matches!(&refused, Err(Error::Layout { found, .. }) if found == "fair:1"),
+            "{refused:?}"
+        );
+        assert!(guard.is_held());
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_idle_semaphore_takes_a_new_capacity_though_its_keys_linger() {
     let redis = TestRedis::new();

@@ -184,6 +184,9 @@ impl Engine {
     /// Acquisitions that wait for replicas as `durability` says.
     pub(crate) fn with_durability(mut self, durability: Durability) -> Result<Self> {
         durability.validate()?;
+        if durability != Durability::None && !self.core.backend.serves_durability() {
+            return Err(crate::backend::durability_unsupported());
+        }
         self.durability = durability;
         Ok(self)
     }

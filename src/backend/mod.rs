@@ -270,6 +270,12 @@ impl Backend {
 
     /// The independent servers of a Redlock client, which the layers above ask one by one and
     /// count the answers of; `None` for one server or a cluster.
+    /// Whether acquisitions can wait for replicas here: on one master (a server or Sentinel's
+    /// master), not on a Redis Cluster nor over Redlock's independent servers.
+    pub(crate) fn serves_durability(&self) -> bool {
+        matches!(self.servers, Servers::Single(_))
+    }
+
     pub(crate) fn as_quorum(&self) -> Option<&Quorum> {
         match &self.servers {
             Servers::Quorum(quorum) => Some(quorum),
@@ -345,10 +351,7 @@ impl Backend {
                 let acked = node.send_durable(request, want).await?;
                 Ok((request.decode(acked.raw)?, acked.acked, acked.wanted))
             }
-            _ => Err(crate::error::Error::Unsupported {
-                what: "durability (WAIT for replicas)",
-                reason: "it is served on one server (a master and its replicas) only",
-            }),
+            _ => Err(durability_unsupported()),
         }
     }
 
@@ -372,5 +375,13 @@ impl Backend {
             #[cfg(feature = "cluster")]
             Servers::Cluster(_) => cluster::slot(key),
         }
+    }
+}
+
+/// What durability on a client that is not one master fails with.
+pub(crate) fn durability_unsupported() -> crate::error::Error {
+    crate::error::Error::Unsupported {
+        what: "durability (WAIT for replicas)",
+        reason: "it is served on one server (a master and its replicas) only",
     }
 }

@@ -20,7 +20,10 @@
 //! fast), timed out, lease lost, or Redis unreachable. With
 //! [`respond_with_status`](LockLayer::respond_with_status) they answer with a status instead
 //! (`423 Locked` or `503 Service Unavailable`, with `Retry-After` from the holder's remaining
-//! lease), so the service never fails and axum's `Router::layer` takes it as it is.
+//! lease; `400 Bad Request` for a request whose lock name or owner header is refused, `500` for
+//! what the client cannot serve or data redlatch did not write: see
+//! [`LayerError::status`]), so the service never fails and axum's `Router::layer` takes it as
+//! it is.
 //!
 //! # Lease loss
 //!

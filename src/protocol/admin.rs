@@ -91,6 +91,17 @@ impl Request for ForceUnlock<'_> {
     }
 }
 
+/// The layout tag a name in use as `kind` carries.
+pub(crate) fn layout_of(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Mutex => MUTEX_LAYOUT,
+        LockKind::FairMutex => FAIR_LAYOUT,
+        LockKind::Semaphore => SEMAPHORE_LAYOUT,
+        LockKind::RwLock => RWLOCK_LAYOUT,
+        LockKind::Election => ELECTION_LAYOUT,
+    }
+}
+
 fn kind_of(layout: &str, keys: &LockKeys) -> Result<Option<LockKind>> {
     Ok(match layout {
         "" => None,

@@ -106,7 +106,9 @@ impl FairMutex {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a timeout under 1 ms
-    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE).
+    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redis Cluster or Redlock client
+    /// (only one master can wait for its replicas).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -133,6 +135,11 @@ impl FairMutex {
     /// cannot be reached on the first attempt (later failures are waited out),
     /// [`Error::WrongType`](crate::Error::WrongType) or [`Error::Layout`](crate::Error::Layout)
     /// if the name's keys hold other data, or the name is in use as another primitive.
+    /// With a durability (the client's or this handle's),
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer replicas than wanted
+    /// acknowledged the grant in time (it is given back), and
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for `Durability::Fsynced` on a server
+    /// without `WAITAOF`.
     ///
     /// # Cancel safety
     ///
@@ -177,7 +184,8 @@ impl FairMutex {
             .await
     }
 
-    /// Takes the lock only if it is free and nobody is queued for it, in one round trip.
+    /// Takes the lock only if it is free and nobody is queued for it, usually in one round trip
+    /// (two when a name this client last saw idle turns out in use).
     /// `Ok(None)` means busy; it does not queue.
     ///
     /// # Errors

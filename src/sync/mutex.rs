@@ -105,7 +105,9 @@ impl Mutex {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a timeout under 1 ms
-    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE).
+    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redis Cluster or Redlock client
+    /// (only one master can wait for its replicas).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -132,6 +134,11 @@ impl Mutex {
     /// (once the call waits, for a holder or behind this client's other tasks, an unreachable
     /// server is waited out), [`Error::WrongType`](crate::Error::WrongType) or
     /// [`Error::Layout`](crate::Error::Layout) if the lock's keys hold data redlatch does not own.
+    /// With a durability (the client's or this handle's),
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer replicas than wanted
+    /// acknowledged the grant in time (it is given back), and
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for `Durability::Fsynced` on a server
+    /// without `WAITAOF`.
     ///
     /// # Cancel safety
     ///
@@ -179,7 +186,8 @@ impl Mutex {
             .await
     }
 
-    /// Acquires the lock if it is free, in one round trip. `Ok(None)` means another owner holds
+    /// Acquires the lock if it is free, usually in one round trip (two when a name this client
+    /// last saw free turns out busy). `Ok(None)` means another owner holds
     /// it: busy is not an error.
     ///
     /// # Errors

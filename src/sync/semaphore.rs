@@ -117,7 +117,9 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a timeout under 1 ms
-    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE).
+    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redis Cluster or Redlock client
+    /// (only one master can wait for its replicas).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -143,6 +145,11 @@ impl Semaphore {
     /// [`Error::CapacityMismatch`](crate::Error::CapacityMismatch) if the semaphore is in use with another capacity,
     /// [`Error::Pool`](crate::Error::Pool) or [`Error::Redis`](crate::Error::Redis) if Redis cannot be reached on the first attempt,
     /// [`Error::WrongType`](crate::Error::WrongType) or [`Error::Layout`](crate::Error::Layout) if the name holds other data.
+    /// With a durability (the client's or this handle's),
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer replicas than wanted
+    /// acknowledged the grant in time (it is given back), and
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for `Durability::Fsynced` on a server
+    /// without `WAITAOF`.
     ///
     /// # Cancel safety
     ///
@@ -231,7 +238,8 @@ impl Semaphore {
         self.acquire_inner(n, Some(timeout)).await
     }
 
-    /// Takes one permit if one is free and nobody is queued, in one round trip; `Ok(None)`
+    /// Takes one permit if one is free and nobody is queued, usually in one round trip (two
+    /// when a name this client last saw idle turns out in use); `Ok(None)`
     /// otherwise (it does not queue).
     ///
     /// # Errors
@@ -255,7 +263,8 @@ impl Semaphore {
         self.try_acquire_many(1).await
     }
 
-    /// Takes `n` permits if they are free and nobody is queued, in one round trip; `Ok(None)`
+    /// Takes `n` permits if they are free and nobody is queued, usually in one round trip (as
+    /// [`try_acquire`](Self::try_acquire)); `Ok(None)`
     /// otherwise.
     ///
     /// # Errors
@@ -333,9 +342,9 @@ impl Semaphore {
             (Some(LockKind::Semaphore), _) => Ok(engine
                 .capacity
                 .saturating_sub(snapshot.permits_in_use.unwrap_or_default())),
-            (Some(_), _) => Err(Error::Layout {
+            (Some(kind), _) => Err(Error::Layout {
                 key: engine.keys.lock.clone(),
-                found: format!("{:?}", snapshot.kind),
+                found: admin::layout_of(kind).to_owned(),
                 expected: SEMAPHORE_LAYOUT,
             }),
         }

@@ -107,7 +107,9 @@ impl RwLock {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a timeout under 1 ms
-    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE).
+    /// (`WAIT` counts whole milliseconds) or above [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a Redis Cluster or Redlock client
+    /// (only one master can wait for its replicas).
     ///
     /// ```no_run
     /// # async fn demo(client: redlatch::LockClient) -> redlatch::Result<()> {
@@ -133,6 +135,11 @@ impl RwLock {
     /// [`Error::Pool`](crate::Error::Pool) or [`Error::Redis`](crate::Error::Redis) if Redis
     /// cannot be reached on the first attempt, [`Error::WrongType`](crate::Error::WrongType) or
     /// [`Error::Layout`](crate::Error::Layout) if the name holds other data.
+    /// With a durability (the client's or this handle's),
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer replicas than wanted
+    /// acknowledged the grant in time (it is given back), and
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for `Durability::Fsynced` on a server
+    /// without `WAITAOF`.
     ///
     /// # Cancel safety
     ///
