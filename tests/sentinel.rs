@@ -396,6 +396,45 @@ async fn a_silent_sentinel_is_left_for_the_next_one() {
     .await;
 }
 
+/// A sentinel that names an older master than the others (one that monitors another server
+/// under the same name and never saw a failover, listed first) does not win: the client takes
+/// the master of the newest configuration, which a failover raised to epoch 1, and nothing is
+/// written to the other server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_an_older_master_loses_to_the_newest_epoch() {
+    within(LIMIT, async {
+        let bed = Monitored::start().await;
+        let old = bed.master.port();
+        let since = Instant::now();
+        tokio::task::block_in_place(|| bed.sentinels.force_failover()).expect("failover asked");
+        let (new, _) = bed.failover(old, since);
+        assert_eq!(new, bed.replica.port());
+        let other = RedisServer::start();
+        let port = other.port();
+        let stale = tokio::task::spawn_blocking(move || Sentinels::start("locks", port, 1, 0))
+            .await
+            .expect("join")
+            .expect("a sentinel of its own");
+        let mut urls = stale.urls();
+        urls.extend(bed.sentinels.urls());
+        let client = LockClient::sentinel_builder(urls, "locks")
+            .key_prefix(&bed.prefix)
+            .build()
+            .expect("client");
+        let guard = client
+            .mutex("newest")
+            .expect("mutex")
+            .lock()
+            .await
+            .expect("lock");
+        assert!(bed.exists(&bed.replica, "newest").await);
+        assert!(!bed.exists(&other, "newest").await);
+        guard.unlock().await.expect("unlock");
+        assert!(!bed.exists(&bed.replica, "newest").await);
+    })
+    .await;
+}
+
 /// How many clients of the sentinel at `url` are subscribed to a channel (`CLIENT LIST`).
 async fn listeners(url: &str) -> usize {
     let mut conn = redis::Client::open(url)

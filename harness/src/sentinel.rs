@@ -157,6 +157,18 @@ impl Sentinels {
         self.sentinels.iter().map(Sentinel::url).collect()
     }
 
+    /// Asks the first sentinel to fail the master over now (`SENTINEL FAILOVER`), without the
+    /// others' agreement; [`await_failover`](Self::await_failover) waits for its end.
+    ///
+    /// # Errors
+    ///
+    /// The sentinel refused (no replica it can promote, a failover under way) or did not
+    /// answer.
+    pub fn force_failover(&self) -> Result<(), String> {
+        let first = self.sentinels.first().ok_or("no sentinel")?;
+        first.query::<()>(redis::cmd("SENTINEL").arg("FAILOVER").arg(&self.name))
+    }
+
     /// The master's port as the first sentinel that answers names it.
     pub fn master_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|s| {

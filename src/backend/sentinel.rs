@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{ConnectionInfo, RedisError, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 use tokio::sync::watch;
 
 use super::subscription::{HEARTBEAT_ANSWER, heartbeat};
@@ -62,11 +62,92 @@ impl Master {
 
     /// A client of the server the sentinels name as master now (which confirmed it is one).
     ///
+    /// redis-rs takes the first sentinel of the list that names a master which says it is one,
+    /// without comparing what the others say: a sentinel that has not learned of a failover
+    /// (or monitors another set under the same name) names the old master, which a pause or a
+    /// partition can leave saying it is master for a while. The sentinels are asked for their
+    /// configuration epoch too, and the master of the newest one that answers in time wins: if
+    /// that is another server, it is taken once it confirms it is master, and if it does not,
+    /// the lookup fails (and is made again by the next request) rather than settle on an older
+    /// one.
+    ///
     /// # Errors
     ///
-    /// No sentinel answered, or none named a master that confirmed it.
+    /// No sentinel answered, none named a master that confirmed it, or the newest one named
+    /// did not.
     pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
-        self.client.lock().await.async_get_client().await
+        let chosen = self.client.lock().await.async_get_client().await?;
+        let info = chosen.get_connection_info();
+        let (chosen_host, chosen_port) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                (host.as_str(), *port)
+            }
+            // Sentinels name TCP addresses only.
+            _ => return Ok(chosen),
+        };
+        let newest = self.newest().await;
+        // Of several masters named in the newest epoch (sentinels that disagree), the one
+        // redis-rs chose stands.
+        if newest
+            .iter()
+            .any(|named| named.host == chosen_host && named.port == chosen_port)
+        {
+            return Ok(chosen);
+        }
+        let Some(Named { host, port, .. }) = newest.into_iter().next() else {
+            return Ok(chosen);
+        };
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => return Ok(chosen),
+        };
+        tracing::info!(
+            chosen = ?info.addr(),
+            newest = ?addr,
+            "a sentinel named an older master than the newest configuration does"
+        );
+        let newest = redis::Client::open(info.clone().set_addr(addr))?;
+        if says_master(&newest).await {
+            Ok(newest)
+        } else {
+            Err(RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "the master of the sentinels' newest configuration did not confirm it is master",
+            )))
+        }
+    }
+
+    /// The masters named in the newest configuration (the highest `config-epoch`) by the
+    /// sentinels that answer within [`HEARTBEAT_ANSWER`] and do not think it down, in the
+    /// sentinels' order; empty if none does.
+    async fn newest(&self) -> Vec<Named> {
+        let asks = self.sentinels.iter().map(|sentinel| async move {
+            tokio::time::timeout(HEARTBEAT_ANSWER, master_of(sentinel, &self.name))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+        });
+        let answers: Vec<Named> = futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let newest = answers.iter().map(|named| named.epoch).max();
+        answers
+            .into_iter()
+            .filter(|named| Some(named.epoch) == newest)
+            .collect()
     }
 
     /// Counts the failovers announced.
@@ -149,7 +230,146 @@ impl Master {
     }
 }
 
+/// A master as one sentinel names it.
+#[derive(Debug, PartialEq, Eq)]
+struct Named {
+    host: String,
+    port: u16,
+    /// The configuration epoch it was named in: every failover raises it.
+    epoch: u64,
+}
+
+/// The master called `name` as `sentinel` names it (`SENTINEL MASTER`), unless the sentinel
+/// thinks it down or does not know it.
+async fn master_of(sentinel: &ConnectionInfo, name: &str) -> RedisResult<Option<Named>> {
+    let mut conn = redis::Client::open(sentinel.clone())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let reply: redis::Value = redis::cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(name)
+        .query_async(&mut conn)
+        .await?;
+    Ok(named(reply))
+}
+
+/// The fields of a `SENTINEL MASTER` reply (pairs in an array, or a map in RESP3) that say
+/// where the master is, in which epoch, and whether it is thought up.
+fn named(reply: redis::Value) -> Option<Named> {
+    let pairs: Vec<(String, String)> = match reply {
+        redis::Value::Map(map) => map
+            .into_iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [k, v] => Some((text(k.clone())?, text(v.clone())?)),
+                _ => None,
+            })
+            .collect(),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let flags = field("flags")?;
+    let up = flags.split(',').any(|f| f == "master")
+        && !flags
+            .split(',')
+            .any(|f| f == "s_down" || f == "o_down" || f == "disconnected");
+    if !up {
+        return None;
+    }
+    Some(Named {
+        host: field("ip")?.to_owned(),
+        port: field("port")?.parse().ok()?,
+        epoch: field("config-epoch")?.parse().ok()?,
+    })
+}
+
+fn text(value: redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        redis::Value::SimpleString(s) => Some(s),
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether the server of `client` says it is a master (`ROLE`), within [`HEARTBEAT_ANSWER`].
+async fn says_master(client: &redis::Client) -> bool {
+    let ask = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("ROLE")
+            .query_async::<redis::Value>(&mut conn)
+            .await
+    };
+    match tokio::time::timeout(HEARTBEAT_ANSWER, ask).await {
+        Ok(Ok(redis::Value::Array(role))) => {
+            matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master")
+                || matches!(role.first(), Some(redis::Value::SimpleString(s)) if s == "master")
+        }
+        _ => false,
+    }
+}
+
 /// What a sentinel that did not answer in time fails the listening with.
 fn silent() -> RedisError {
     super::timed_out("the sentinel did not answer in time")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Named, named};
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn reply(flags: &str) -> Vec<(Value, Value)> {
+        [
+            ("name", "locks"),
+            ("ip", "10.0.0.2"),
+            ("port", "6380"),
+            ("flags", flags),
+            ("config-epoch", "3"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (bulk(k), bulk(v)))
+        .collect()
+    }
+
+    #[test]
+    fn a_master_reply_reads_as_pairs_or_a_map() {
+        let want = Some(Named {
+            host: "10.0.0.2".into(),
+            port: 6380,
+            epoch: 3,
+        });
+        let flat = reply("master")
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .collect();
+        assert_eq!(named(Value::Array(flat)), want);
+        assert_eq!(named(Value::Map(reply("master"))), want);
+    }
+
+    #[test]
+    fn a_master_thought_down_or_unknown_is_not_named() {
+        for flags in [
+            "master,s_down",
+            "master,o_down",
+            "master,disconnected",
+            "slave",
+        ] {
+            assert_eq!(named(Value::Map(reply(flags))), None, "{flags}");
+        }
+        assert_eq!(named(Value::Nil), None);
+        assert_eq!(named(Value::Map(vec![(bulk("ip"), bulk("x"))])), None);
+    }
 }
