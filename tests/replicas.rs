@@ -720,3 +720,58 @@ async fn a_durable_acquisition_dropped_in_the_queue_gives_back_what_it_took() {
     })
     .await;
 }
+
+/// A durable acquisition whose connection cannot be made (the server refuses the password)
+/// fails with the error a plain one gets (the pool's, naming the refusal), not a generic I/O
+/// error in its place.
+#[tokio::test]
+async fn a_durable_acquisition_that_cannot_connect_fails_as_a_plain_one_does() {
+    let server = RedisServer::start();
+    within(Duration::from_secs(30), async {
+        let mut admin = redis::Client::open(server.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("right")
+            .query_async(&mut admin)
+            .await
+            .expect("CONFIG SET");
+        let url = server.url().replacen("redis://", "redis://:wrong@", 1);
+        let pool = deadpool_redis::Config::from_url(url.as_str())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        let client = redlatch::LockClient::builder(pool, url.as_str())
+            .key_prefix("refused")
+            .build()
+            .expect("client");
+        let mutex = client.mutex("a").expect("mutex");
+        let plain = mutex.try_lock().await.expect_err("the password is refused");
+        let durable = mutex
+            .with_durability(Durability::Replicas {
+                count: 1,
+                timeout: Duration::from_millis(100),
+            })
+            .expect("durability")
+            .try_lock()
+            .await
+            .expect_err("the password is refused");
+        let causes = |err: &Error| {
+            let mut said = vec![err.to_string()];
+            let mut source = std::error::Error::source(err);
+            while let Some(cause) = source {
+                said.push(cause.to_string());
+                source = cause.source();
+            }
+            said
+        };
+        assert!(matches!(plain, Error::Pool(_)), "{plain:?}");
+        assert!(matches!(durable, Error::Pool(_)), "{durable:?}");
+        assert_eq!(causes(&durable), causes(&plain));
+        assert_eq!(durable.is_connection(), plain.is_connection());
+    })
+    .await;
+}

@@ -134,6 +134,20 @@ fn gone() -> Error {
     )))
 }
 
+/// A failure to connect, for each call of a round: the same error (a pool's or Redis's, of the
+/// same kind, so that a caller tells them apart as for any request), or its text as an I/O
+/// error where it cannot be copied.
+fn again(err: &Error) -> Error {
+    use deadpool_redis::PoolError;
+    match err {
+        Error::Redis(e) => Error::Redis(e.clone()),
+        Error::Pool(PoolError::Backend(e)) => Error::Pool(PoolError::Backend(e.clone())),
+        Error::Pool(PoolError::Timeout(t)) => Error::Pool(PoolError::Timeout(*t)),
+        Error::Pool(PoolError::Closed) => Error::Pool(PoolError::Closed),
+        other => shared(other),
+    }
+}
+
 /// A failure shared by every call of a round, one error each.
 fn shared(err: &dyn std::fmt::Display) -> Error {
     Error::Redis(redis::RedisError::from(std::io::Error::other(
@@ -161,7 +175,7 @@ async fn run(source: Source, scripts: Vec<&'static Script>, mut rx: mpsc::Unboun
                 Err(err) => {
                     conn = None;
                     for job in batch {
-                        let _ = job.reply.send(Err(shared(&err)));
+                        let _ = job.reply.send(Err(again(&err)));
                     }
                     continue;
                 }
@@ -295,7 +309,7 @@ async fn round(conn: MultiplexedConnection, batch: Vec<Job>) -> redis::RedisResu
             }),
             (Ok(raw), Ok(acked)) => Ok(Acked { raw, acked, wanted }),
             (Err(err), _) => Err(Error::from(err)),
-            (Ok(_), Err(err)) => Err(shared(&err)),
+            (Ok(_), Err(err)) => Err(Error::Redis(err)),
         };
         let _ = job.reply.send(answer);
     }
