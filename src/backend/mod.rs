@@ -268,14 +268,14 @@ impl Backend {
         self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The independent servers of a Redlock client, which the layers above ask one by one and
-    /// count the answers of; `None` for one server or a cluster.
     /// Whether acquisitions can wait for replicas here: on one master (a server or Sentinel's
     /// master), not on a Redis Cluster nor over Redlock's independent servers.
     pub(crate) fn serves_durability(&self) -> bool {
         matches!(self.servers, Servers::Single(_))
     }
 
+    /// The independent servers of a Redlock client, which the layers above ask one by one and
+    /// count the answers of; `None` for one server or a cluster.
     pub(crate) fn as_quorum(&self) -> Option<&Quorum> {
         match &self.servers {
             Servers::Quorum(quorum) => Some(quorum),
