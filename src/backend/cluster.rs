@@ -273,20 +273,12 @@ pub(crate) fn push_sender(
     move |push: PushInfo| {
         if push.kind == PushKind::SMessage
             && let (Some(channel), Some(Value::BulkString(payload))) =
-                (text(push.data.first()), push.data.get(1))
+                (push.data.first().and_then(super::text), push.data.get(1))
         {
             listener.message(&channel, payload);
             return Ok(());
         }
         rest.send(push).map_err(|_| ())
-    }
-}
-
-fn text(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
     }
 }
 
@@ -386,7 +378,7 @@ async fn run(
                 }
                 push = pushes.recv() => {
                     let Some(push) = push else { return };
-                    let channel = text(push.data.first());
+                    let channel = push.data.first().and_then(super::text);
                     match (push.kind, channel) {
                         (PushKind::SSubscribe, Some(channel)) => listener.subscribed(&channel),
                         (PushKind::SUnsubscribe, Some(channel)) if listener.wants(&channel) => {

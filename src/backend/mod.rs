@@ -98,6 +98,17 @@ pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
     std::io::Error::new(std::io::ErrorKind::TimedOut, what).into()
 }
 
+/// A reply element as text: a bulk string (bytes that are not UTF-8 replaced), a simple string
+/// or an integer; `None` for anything else.
+pub(crate) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
 /// Where requests go.
 #[derive(Debug)]
 pub(crate) struct Backend {

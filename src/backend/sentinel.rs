@@ -10,6 +10,7 @@ use redis::{ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 use tokio::sync::watch;
 
 use super::subscription::{HEARTBEAT_ANSWER, heartbeat};
+use super::text;
 
 /// How long to wait before listening on the next sentinel after one failed.
 const NEXT_SENTINEL: Duration = Duration::from_millis(200);
@@ -128,8 +129,10 @@ impl Master {
     }
 
     /// The masters named in the newest configuration (the highest `config-epoch`) by the
-    /// sentinels that answer within [`HEARTBEAT_ANSWER`] and do not think it down, in the
-    /// sentinels' order; empty if none does.
+    /// sentinels that answer within [`HEARTBEAT_ANSWER`], in the sentinels' order; empty if
+    /// none does. What a sentinel thinks of the master's health (`s_down`, or `disconnected`
+    /// while its link to a master just switched to is being made) does not matter here: an
+    /// older configuration's master is no better, and the chosen one must confirm `ROLE`.
     async fn newest(&self) -> Vec<Named> {
         let asks = self.sentinels.iter().map(|sentinel| async move {
             tokio::time::timeout(HEARTBEAT_ANSWER, master_of(sentinel, &self.name))
@@ -240,7 +243,7 @@ struct Named {
 }
 
 /// The master called `name` as `sentinel` names it (`SENTINEL MASTER`), unless the sentinel
-/// thinks it down or does not know it.
+/// does not know it.
 async fn master_of(sentinel: &ConnectionInfo, name: &str) -> RedisResult<Option<Named>> {
     let mut conn = redis::Client::open(sentinel.clone())?
         .get_multiplexed_async_connection()
@@ -254,19 +257,16 @@ async fn master_of(sentinel: &ConnectionInfo, name: &str) -> RedisResult<Option<
 }
 
 /// The fields of a `SENTINEL MASTER` reply (pairs in an array, or a map in RESP3) that say
-/// where the master is, in which epoch, and whether it is thought up.
+/// where the master is and in which configuration epoch.
 fn named(reply: redis::Value) -> Option<Named> {
     let pairs: Vec<(String, String)> = match reply {
         redis::Value::Map(map) => map
-            .into_iter()
+            .iter()
             .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
             .collect(),
         redis::Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|pair| match pair {
-                [k, v] => Some((text(k.clone())?, text(v.clone())?)),
-                _ => None,
-            })
+            .chunks_exact(2)
+            .filter_map(|pair| Some((text(&pair[0])?, text(&pair[1])?)))
             .collect(),
         _ => return None,
     };
@@ -276,28 +276,11 @@ fn named(reply: redis::Value) -> Option<Named> {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     };
-    let flags = field("flags")?;
-    let up = flags.split(',').any(|f| f == "master")
-        && !flags
-            .split(',')
-            .any(|f| f == "s_down" || f == "o_down" || f == "disconnected");
-    if !up {
-        return None;
-    }
     Some(Named {
         host: field("ip")?.to_owned(),
         port: field("port")?.parse().ok()?,
         epoch: field("config-epoch")?.parse().ok()?,
     })
-}
-
-fn text(value: redis::Value) -> Option<String> {
-    match value {
-        redis::Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-        redis::Value::SimpleString(s) => Some(s),
-        redis::Value::Int(n) => Some(n.to_string()),
-        _ => None,
-    }
 }
 
 /// Whether the server of `client` says it is a master (`ROLE`), within [`HEARTBEAT_ANSWER`].
@@ -310,8 +293,7 @@ async fn says_master(client: &redis::Client) -> bool {
     };
     match tokio::time::timeout(HEARTBEAT_ANSWER, ask).await {
         Ok(Ok(redis::Value::Array(role))) => {
-            matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master")
-                || matches!(role.first(), Some(redis::Value::SimpleString(s)) if s == "master")
+            role.first().and_then(text).as_deref() == Some("master")
         }
         _ => false,
     }
@@ -359,15 +341,16 @@ mod tests {
         assert_eq!(named(Value::Map(reply("master"))), want);
     }
 
+    /// A sentinel's view of the master's health does not hide the epoch it names it in (a
+    /// link just switched to a new master reads `disconnected` for a moment).
     #[test]
-    fn a_master_thought_down_or_unknown_is_not_named() {
-        for flags in [
-            "master,s_down",
-            "master,o_down",
-            "master,disconnected",
-            "slave",
-        ] {
-            assert_eq!(named(Value::Map(reply(flags))), None, "{flags}");
+    fn a_master_is_named_whatever_its_flags_and_a_partial_reply_is_not() {
+        for flags in ["master,s_down", "master,o_down", "master,disconnected"] {
+            assert_eq!(
+                named(Value::Map(reply(flags))).map(|n| n.epoch),
+                Some(3),
+                "{flags}"
+            );
         }
         assert_eq!(named(Value::Nil), None);
         assert_eq!(named(Value::Map(vec![(bulk("ip"), bulk("x"))])), None);

@@ -128,12 +128,7 @@ fn bad(detail: String) -> Error {
 }
 
 fn text(v: &Value) -> Result<String> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(i) => Ok(i.to_string()),
-        other => Err(bad(format!("expected text, got {other:?}"))),
-    }
+    crate::backend::text(v).ok_or_else(|| bad(format!("expected text, got {v:?}")))
 }
 
 fn num(v: &Value) -> Result<i64> {
