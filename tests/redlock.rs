@@ -432,7 +432,10 @@ async fn two_of_five_down_still_lock_three_down_fail_and_leave_nothing() {
         nodes.servers[2].kill();
         let started = Instant::now();
         let failed = mutex.lock_timeout(Duration::from_secs(1)).await;
-        assert!(failed.is_err(), "no majority, no lock: {failed:?}");
+        assert!(
+            matches!(&failed, Err(err) if err.is_connection()),
+            "no majority, no lock: {failed:?}"
+        );
         let took = started.elapsed();
         assert!(
             took < Duration::from_secs(3),
@@ -504,12 +507,50 @@ async fn a_slow_node_does_not_hold_up_the_acquire() {
         let before = Instant::now();
         let attempt = mutex.try_lock().await;
         let took = before.elapsed();
-        assert!(!matches!(attempt, Ok(Some(_))), "no majority: {attempt:?}");
+        assert!(
+            matches!(&attempt, Err(err) if err.is_connection()),
+            "no majority: {attempt:?}"
+        );
         assert!(
             took >= node_timeout && took < node_timeout + Duration::from_secs(1),
             "gave up after {took:?}"
         );
         nodes.reach(&[0, 1, 2, 3, 4]);
+    })
+    .await;
+}
+
+/// One node grants and the others do not answer: nobody said the name is held, so the caller
+/// is told the servers could not be reached (as on one server), not that the name is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_without_a_majority_answering_is_a_connection_error_not_busy() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let client = nodes
+            .builder()
+            .node_timeout(Duration::from_millis(100))
+            .default_lease(Duration::from_secs(3))
+            .build()
+            .expect("client");
+        let mutex = client.mutex("unheard").expect("mutex");
+        mutex
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        nodes.reach(&[0]);
+        let attempt = mutex.try_lock().await;
+        assert!(
+            matches!(&attempt, Err(err) if err.is_connection()),
+            "{attempt:?}"
+        );
+        // Node 0's grants were given back.
+        until(|| async { !nodes.holds(0, "unheard").await }).await;
+        nodes.reach(&[0, 1, 2]);
+        let guard = mutex.try_lock().await.expect("try_lock").expect("free");
+        guard.unlock().await.expect("unlock");
     })
     .await;
 }

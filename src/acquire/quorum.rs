@@ -157,6 +157,13 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         // error.
         return Err(failure.unwrap_or_else(late_answer));
     }
+    if waits.is_empty()
+        && let Some(err) = failure
+    {
+        // No node said the name is held: too few servers answered to decide, which is the
+        // error (as on one server that cannot be reached), not a contender.
+        return Err(err);
+    }
     let config = &engine.core.config;
     if !granted.is_empty() {
         // A split vote: nobody may hold the lock, and the grants given back announce nothing.
@@ -164,17 +171,12 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         let pause = config.backoff_min.mul_f64(0.5 + fastrand::f64());
         return Ok(Attempt::Busy(Some(pause)));
     }
-    match (waits.iter().flatten().min(), failure) {
-        // Held, as far as these nodes say: a release will say when it is free. The nodes'
-        // holds may be other contenders' grants, which are given back without a word: the wait
-        // looks again after the backoff maximum at the latest (`wait::acquire`), while the
-        // caller is told the holder's lease (a `Retry-After`).
-        (Some(wait), _) => Ok(Attempt::Busy(Some(*wait))),
-        (None, _) if !waits.is_empty() => Ok(Attempt::Busy(Some(config.backoff_max))),
-        (None, Some(err)) => Err(err),
-        // A majority granted, but too late to be used.
-        (None, None) => Ok(Attempt::Busy(Some(config.backoff_min))),
-    }
+    // Held, as far as these nodes say: a release will say when it is free. The nodes' holds
+    // may be other contenders' grants, which are given back without a word: the wait looks
+    // again after the backoff maximum at the latest (`wait::acquire`), while the caller is told
+    // the holder's lease (a `Retry-After`).
+    let wait = waits.iter().flatten().min().copied();
+    Ok(Attempt::Busy(Some(wait.unwrap_or(config.backoff_max))))
 }
 
 /// The second round: raises the counter of each of `nodes` (granting nodes that issued a
