@@ -192,6 +192,41 @@ async fn a_dropped_leaders_resignation_gets_through_a_stranded_connection() {
     .await;
 }
 
+/// As a dropped leadership's: a resignation whose connection carries nothing is told again on a
+/// new one, not left to the lease (observers would show the leader for its 30 s).
+#[tokio::test]
+async fn a_resignation_gets_through_a_stranded_connection() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let cut = builder.build().unwrap();
+        let watcher = redis.client();
+        let mut changes = watcher
+            .election("resigned")
+            .unwrap()
+            .observe()
+            .await
+            .unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let leader = cut
+            .election("resigned")
+            .unwrap()
+            .campaign("here")
+            .await
+            .unwrap();
+        let shown = changes.next().await.unwrap().unwrap().unwrap();
+        assert_eq!(shown.value, "here");
+        proxy.set(Mode::Strand);
+        leader.resign().await.expect("resigned on a new connection");
+        let gone = tokio::time::timeout(Duration::from_secs(15), changes.next())
+            .await
+            .expect("the observer still shows the resigned leader 15 s later");
+        assert_eq!(gone.unwrap().unwrap(), None);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_cut_off_leader_learns_lost_and_its_term_is_refused_by_a_fenced_store() {
     let redis = TestRedis::own();
@@ -489,6 +524,24 @@ async fn bad_values_and_foreign_data_are_refused_and_left_unchanged() {
         ));
         assert_eq!(ousted.value(), "v");
         taker.unlock().await.unwrap();
+        drop(ousted);
+        // The same when a queued primitive's state took the name (a semaphore's hash).
+        let mut ousted = client.election("q").unwrap().campaign("v").await.unwrap();
+        client.force_unlock("q").await.unwrap();
+        let sem = client.semaphore("q", 2).unwrap();
+        let permit = sem.acquire().await.unwrap();
+        let kind: String = redis::cmd("TYPE")
+            .arg(format!("{}:{{q}}", redis.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kind, "hash", "the semaphore's state");
+        assert!(matches!(
+            ousted.proclaim("w").await,
+            Err(Error::NotHeld { .. })
+        ));
+        assert!(!ousted.is_held());
+        permit.release().await.unwrap();
         drop(ousted);
 
         // Data redlatch did not write: refused, and left exactly as it was.

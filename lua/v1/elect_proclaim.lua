@@ -19,9 +19,9 @@
 -- returns: {1, seq}          written and published, as version seq of the term
 --          {0}               this owner does not hold the election with this term now (its
 --                            lease ran out, it resigned, the name is idle, or another
---                            primitive's string holds it)
+--                            primitive's string or state holds it)
 --          {-1, type, 1}     KEYS[1] holds foreign data of that Redis type
---          {-2, layout}      the meta hash carries another layout tag
+--          {-2, layout}      the meta hash carries another version of the election's layout
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0} end
 if t == 'string' then
@@ -34,7 +34,13 @@ if t ~= 'hash' then return {-1, t, 1} end
 local m = redis.call('HMGET', KEYS[1], '~layout', '~writer', '~wfence', '~wexp', '~lterm',
                      '~lseq')
 if not m[1] then return {-1, 'hash', 1} end
-if m[1] ~= ARGV[1] then return {-2, m[1]} end
+if m[1] ~= ARGV[1] then
+  -- Another primitive's state (a queued primitive's tag): the name was freed and taken since.
+  -- Another version of the election's own layout is the error.
+  local kind = string.match(m[1], '^(%l+):%d+$')
+  if kind and kind ~= string.match(ARGV[1], '^(%l+):') then return {0} end
+  return {-2, m[1]}
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 if m[2] ~= ARGV[2] or m[3] ~= ARGV[3] or not tonumber(m[4]) or tonumber(m[4]) <= now then

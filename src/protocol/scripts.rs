@@ -203,8 +203,8 @@ mod tests {
             ),
             (
                 &*ELECT_PROCLAIM,
-                "a142fee0389f72fe2638f72392b96f9c69c22c92",
-                "8c6f86891727bffac1c9a9d3b03a8c36fcafefe4",
+                "dc3be5b3bd19bd12216c822d7b622ea6a8d2443e",
+                "b79ad418d98666deb0968f603802431e02a636a5",
             ),
             (
                 &*ELECT_LEADER,

@@ -55,7 +55,10 @@ pub const MAX_LEADER_VALUE: usize = 64 * 1024;
 ///     _ = leadership.lost() => eprintln!("term {term} ended: stop at once"),
 ///     _ = async { /* the singleton's work, writes fenced with `term` */ } => {}
 /// }
-/// leadership.resign().await?;
+/// if leadership.is_held() {
+///     // (Once deposed, it would fail with `NotHeld`.)
+///     leadership.resign().await?;
+/// }
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -339,6 +342,7 @@ fn leader_of(reading: &Reading) -> Option<Leader> {
 /// Dropping it resigns in the background (on a tokio runtime; else the hold is released by
 /// the client's background queue): observers are told (tried again after a connection error,
 /// until the lease would end), and the next candidate leads.
+#[must_use = "if unused the leadership is resigned at once"]
 pub struct Leadership {
     /// `None` once resigned.
     guard: Option<MutexGuard>,
@@ -502,7 +506,8 @@ impl Leadership {
     ///
     /// [`Error::NotHeld`] if the leadership was already over (its lease ran out, or it was
     /// lost); [`Error::Pool`] or [`Error::Redis`] if Redis cannot be reached (the lease then
-    /// runs out by itself).
+    /// runs out by itself). The resignation is tried again after a connection error, with
+    /// backoff, until the lease would end, as a dropped leadership's is.
     ///
     /// # Cancel safety
     ///
@@ -523,7 +528,7 @@ impl Leadership {
         let was_held = guard.is_held();
         // The guard stays in the leadership until the record is written: dropped before, the
         // leadership resigns in the background (its `Drop`), as if never asked.
-        let told = write_record(&self.engine, guard, None).await.map(drop);
+        let told = resign_record(&self.engine, guard).await;
         let Some(guard) = self.guard.take() else {
             return told;
         };
@@ -577,17 +582,22 @@ impl Drop for Leadership {
         };
         let engine = self.engine.clone();
         runtime.spawn(async move {
-            // Told again after a connection error, as the release queue tries a release, until
-            // the leadership's lease would end anyway (observers then read the election again).
-            let mut retry = Retry::until(Instant::from_std(guard.valid_until()));
-            loop {
-                match write_record(&engine, &guard, None).await {
-                    Err(err) if err.is_connection() && retry.fits() => retry.pause().await,
-                    _ => break,
-                }
-            }
+            let _ = resign_record(&engine, &guard).await;
             drop(guard);
         });
+    }
+}
+
+/// Writes and publishes the resignation of `guard`'s leadership, told again after a connection
+/// error (as the release queue tries a release) until the leadership's lease would end anyway:
+/// observers then read the election again.
+async fn resign_record(engine: &Engine, guard: &MutexGuard) -> Result<()> {
+    let mut retry = Retry::until(Instant::from_std(guard.valid_until()));
+    loop {
+        match write_record(engine, guard, None).await {
+            Err(err) if err.is_connection() && retry.fits() => retry.pause().await,
+            told => return told.map(drop),
+        }
     }
 }
 
