@@ -192,6 +192,51 @@ async fn a_dropped_leaders_resignation_gets_through_a_stranded_connection() {
     .await;
 }
 
+/// An observer that fell behind a leadership (its buffer full) reads the name idle once the
+/// leader resigned: the messages of that leadership still buffered are past, and never shown
+/// after "nobody leads".
+#[tokio::test]
+async fn an_observer_that_fell_behind_never_shows_an_ended_leadership_after_nobody() {
+    let redis = TestRedis::own();
+    within(LIMIT, async {
+        let client = redis.client();
+        let election = client.election("behind").unwrap();
+        let mut changes = election.observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        let mut leadership = election.campaign("v0").await.unwrap();
+        let term = leadership.term();
+        assert_eq!(changes.next().await.unwrap().unwrap().unwrap().value, "v0");
+        // More messages than the observer keeps, none of them read yet.
+        for i in 1..=300 {
+            leadership.proclaim(&format!("v{i}")).await.unwrap();
+        }
+        leadership.resign().await.unwrap();
+        let mut shown = Vec::new();
+        loop {
+            let change = changes.next().await.unwrap().unwrap();
+            let nobody = change.is_none();
+            shown.push(change);
+            if nobody {
+                break;
+            }
+        }
+        assert!(
+            shown.iter().flatten().all(|leader| leader.term == term),
+            "{shown:?}"
+        );
+        let next = election.campaign("after").await.unwrap();
+        // The next change is the new leader: nothing of the leadership that ended.
+        match changes.next().await.unwrap().unwrap() {
+            Some(leader) if leader.value == "after" => assert!(leader.term > term),
+            other => panic!("shown after nobody led: {other:?}"),
+        }
+        next.resign().await.unwrap();
+        drop(changes);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 /// As a dropped leadership's: a resignation whose connection carries nothing is told again on a
 /// new one, not left to the lease (observers would show the leader for its 30 s).
 #[tokio::test]

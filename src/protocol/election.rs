@@ -75,17 +75,25 @@ impl Request for ReadLeader<'_> {
     type Reply = Reading;
 
     fn call(&self, by: By) -> Call {
-        let mut call = ELECT_LEADER.call(by, 1);
-        call.key(&self.keys.lock).arg(ELECTION_LAYOUT);
+        let mut call = ELECT_LEADER.call(by, 2);
+        call.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(ELECTION_LAYOUT);
         call
     }
 
     fn decode(&self, raw: Value) -> Result<Reading> {
         let (status, reply) =
             Reply::decode("elect_leader", raw, &[&self.keys.lock], ELECTION_LAYOUT)?;
+        // A sequence of -1: every record of the term (an idle name's last token) is past.
+        let seq = reply.int(2)?;
         let version = (
             u64::try_from(reply.int(1)?).unwrap_or_default(),
-            u64::try_from(reply.int(2)?).unwrap_or_default(),
+            if seq < 0 {
+                u64::MAX
+            } else {
+                u64::try_from(seq).unwrap_or_default()
+            },
         );
         match status {
             1 => {

@@ -208,8 +208,8 @@ mod tests {
             ),
             (
                 &*ELECT_LEADER,
-                "44431e871ade9a7328396552871dc27143cabaac",
-                "ef30530ebfd3612a634287e76bc796816a3ad419",
+                "d873bc5e9de006904bc48769179801abe020b631",
+                "bbbdac4f42725c9b4eaae802761de14557e387b7",
             ),
         ];
         for (script, plain, sharded) in pins {

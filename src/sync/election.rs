@@ -252,7 +252,8 @@ impl Election {
     /// each new leader, each new value, and `None` when nobody leads (a resignation, a lease
     /// that ran out, a new leader that has not written its value yet). Changes come in the
     /// order they happened, each within about one round trip; a stream read too slowly for its
-    /// buffer (256 messages) skips to the present.
+    /// buffer (256 messages) skips to the present (the changes it missed are not shown, and
+    /// nothing older than what it shows comes after).
     ///
     /// A leader that dies without resigning publishes nothing: the stream reads the election
     /// again when that leader's lease would end, as Redis says (a read when a new leader's
@@ -764,8 +765,12 @@ impl Observer {
             }
             None => {
                 self.timer = None;
-                // (0, 0): the name is idle, whatever was shown before.
-                if reading.version >= self.version || reading.version == (0, 0) {
+                // The name is idle, whatever was shown before: (0, 0), or every record of the
+                // terms up to its last token is past, and a message of them still on its way
+                // is passed over (a leader that spoke and resigned since the last message
+                // shown, or messages dropped from a full buffer).
+                let idle = reading.version == (0, 0) || reading.version.1 == u64::MAX;
+                if idle || reading.version >= self.version {
                     self.version = self.version.max(reading.version);
                     self.show(None);
                 }
