@@ -515,6 +515,58 @@ async fn two_waits_of_one_carried_owner_share_its_hold_and_nobody_else_gets_in()
     .await;
 }
 
+/// Waits of one carried owner in two clients, whose places go without a hand-over (an
+/// administrator frees the name): the first to ask again takes the name, and the second joins
+/// that hold (two holds) rather than take it for one handed to itself.
+#[tokio::test]
+async fn carried_waits_in_two_clients_whose_places_went_join_rather_than_share_one_hold() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let (holder, a, b, c) = (
+            redis.client(),
+            redis.client(),
+            redis.client(),
+            redis.client(),
+        );
+        let first = holder.fair_mutex("freed").unwrap().lock().await.unwrap();
+        let owner = redlatch::OwnerToken::new();
+        let waits: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|client| {
+                let mutex = client.fair_mutex("freed").unwrap();
+                tokio::spawn(async move { mutex.lock_as(&owner).await.unwrap() })
+            })
+            .collect();
+        until(|| async { redis.queued(&holder, "freed").await == 2 }).await;
+        assert_eq!(holder.force_unlock("freed").await.unwrap().waiters, 2);
+        let mut guards = Vec::new();
+        for w in waits {
+            guards.push(w.await.unwrap());
+        }
+        let snapshot = holder.inspect("freed").await.unwrap();
+        assert_eq!(snapshot.holders.len(), 1, "{snapshot:?}");
+        assert_eq!(snapshot.holders[0].exclusive_holds, 2, "{snapshot:?}");
+        guards.pop().unwrap().unlock().await.unwrap();
+        let stranger = c.fair_mutex("freed").unwrap();
+        assert!(
+            stranger.try_lock().await.unwrap().is_none(),
+            "the other guard of the owner still holds"
+        );
+        guards.pop().unwrap().unlock().await.unwrap();
+        stranger
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("free")
+            .unlock()
+            .await
+            .unwrap();
+        drop(first);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_endless_timeout_is_no_deadline() {
     let redis = TestRedis::new();

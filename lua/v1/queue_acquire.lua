@@ -18,8 +18,11 @@
 -- ARGV[10]: claim: new (a token made for this call: if it already holds, an earlier attempt's
 --           answer was lost, and that hold is returned with a new token, its lease made the
 --           full lease from now),
---           queued (the same, for a waiter that queued earlier: it keeps its place), as (join
---           the owner's holds, or acquire) or again (re-entry only: add a hold only if the owner
+--           queued (the same, for a waiter that queued earlier: it keeps its place), queued-as
+--           (a carried owner's waiter that queued earlier: as queued, but a hold it finds once
+--           its place is gone is the one handed to it only while marked with its client; any
+--           other is the owner's hold through another wait, which it joins), as (join the
+--           owner's holds, or acquire) or again (re-entry only: add a hold only if the owner
 --           holds)
 -- ARGV[11]: client id (the waiter's member starts with it; see queue_lib)
 -- returns: {1, fence, holds, now}  acquired; fence is 0 for read holds; holds is the owner's
@@ -65,7 +68,8 @@ local place = member(client, owner, op, ARGV[4], ARGV[6], ARGV[7])
 -- A waiter that asks again (it missed its message, or its timer ran out) may have been handed
 -- the lock already, or be at a head that could go: whatever ran out or fits goes first.
 -- `queued` holds the ticket of the waiter's place while it is in the queue.
-local queued = claim == 'queued' and redis.call('ZSCORE', s.q, place)
+local requeued = claim == 'queued' or claim == 'queued-as'
+local queued = requeued and redis.call('ZSCORE', s.q, place)
 local purged = purge(s, now)
 if purged > 0 or queued then handoff(s, channel, now, clock) end
 -- A purge takes the waiters of a client that let a lease run out (maybe this one's), and the
@@ -81,7 +85,15 @@ local reads, fence = shares(s, owner)
 -- its (carried) owner holds, that is another wait's hold, and it re-enters below.
 -- A `new` claim's hold gets a new token: the client may not have seen its token confirmed (a
 -- hold taken in plain commands whose fence key did not confirm it, and then asked for again).
-if claim == 'new' or (claim == 'queued' and not queued) then
+-- A carried owner's place can also go without a hand-over (force-unlock, expiry, a purge):
+-- then the hold it finds was taken through another wait of the owner (another client's), and
+-- it joins that hold below; only a hold still marked with its client was handed to it.
+local handed = claim ~= 'queued-as'
+if not handed then
+  local _, _, c = shares(s, owner)
+  handed = (writer == owner and get(s, '~wclient') == client) or c == client
+end
+if claim == 'new' or (requeued and not queued and handed) then
   local renew = claim == 'new' and op ~= 'r'
   if (op == 'x' or op == 'w') and writer == owner then
     answered(s, owner, now + lease)

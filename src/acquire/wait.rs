@@ -144,8 +144,10 @@ impl Attempts<'_> {
         if let Some(place) = &self.place
             && take(place).is_some()
         {
-            // Once queued, the owner held nothing when it queued: any hold it finds is one a
-            // release handed over (its message missed), to be taken as is.
+            // Once queued, the owner held nothing when it queued: a hold it finds is one a
+            // release handed over (its message missed), to be taken as is; a carried owner's
+            // only while the hold is marked with this client (else another client's wait of the
+            // owner took it, and this one joins it).
             ask.claim = Claim::Queued {
                 fresh: self.ask.claim == Claim::New,
             };

@@ -142,7 +142,8 @@ pub(crate) enum Claim {
     Again,
     /// A waiter that queued earlier asks again (its timer ran out, or it missed its message):
     /// as [`New`](Self::New), and it keeps its place. `fresh` when the owner was made for this
-    /// wait (the wait began with `New`).
+    /// wait (the wait began with `New`); a carried owner's (`queued-as`) takes a hold it finds
+    /// as handed to it only while the hold is marked with its client.
     Queued { fresh: bool },
 }
 
@@ -158,7 +159,8 @@ impl Claim {
             Self::New => "new",
             Self::As => "as",
             Self::Again => "again",
-            Self::Queued { .. } => "queued",
+            Self::Queued { fresh: true } => "queued",
+            Self::Queued { fresh: false } => "queued-as",
         }
     }
 

@@ -178,8 +178,8 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "c417e7a5f60a6b7bed557cbbc0b3957e0889c243",
-                "02eab1db4a1ecd75929db19aef720a5ca50349e5",
+                "94a00083367b6e08705cf677411033e6ec3eb389",
+                "30c895e77bf8e0350cca3d83b91dd8c5c9b596a9",
             ),
             (
                 &*QUEUE_RELEASE,
