@@ -872,10 +872,10 @@ async fn a_hold_no_majority_decides_does_not_take_down_the_holds_renewed_beside_
 async fn a_reentry_no_majority_answers_is_an_error_and_keeps_the_hold() {
     within(Duration::from_secs(60), async {
         let nodes = Nodes::start(3).await;
+        // The default lease (30 s): what the silent nodes ran late must not be left to it.
         let client = nodes
             .builder()
             .node_timeout(Duration::from_millis(100))
-            .default_lease(Duration::from_secs(3))
             .build()
             .expect("client");
         let guard = client
@@ -897,10 +897,63 @@ async fn a_reentry_no_majority_answers_is_an_error_and_keeps_the_hold() {
         );
         nodes.reach(&[0, 1, 2]);
         guard.unlock().await.expect("unlock");
-        // The re-entries the silent nodes ran late stay until the lease runs out there.
-        for i in 0..3 {
-            until(|| async { !nodes.holds(i, "re").await }).await;
-        }
+        // The re-entry the silent nodes ran late is undone behind it there, and the unlock
+        // leaves nothing: the lock is free on every node long before its lease would end.
+        let gone = until_within(Duration::from_secs(5), || async {
+            let mut any = false;
+            for i in 0..3 {
+                any |= nodes.holds(i, "re").await;
+            }
+            !any
+        });
+        assert!(gone.await, "the late re-entries were left to the lease");
+    })
+    .await;
+}
+
+/// A carried owner's acquisition that keeps failing (two nodes far slower than the node
+/// timeout) leaves nothing behind: each attempt's late grants on the slow nodes are undone
+/// there, and the name is free once they have answered, not held for a lease by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_owners_failed_acquisition_leaves_no_late_grants() {
+    within(Duration::from_secs(60), async {
+        let nodes = Nodes::start(3).await;
+        let client = nodes
+            .builder()
+            .node_timeout(Duration::from_millis(100))
+            .build()
+            .expect("client");
+        let mutex = client.mutex("late").expect("mutex");
+        mutex
+            .lock()
+            .await
+            .expect("connect")
+            .unlock()
+            .await
+            .expect("unlock");
+        let slow = Mode::Delay {
+            base: Duration::from_millis(300),
+            jitter: Duration::ZERO,
+        };
+        nodes.proxies[1].set(slow);
+        nodes.proxies[2].set(slow);
+        let owner = redlatch::OwnerToken::new();
+        let failed = mutex
+            .lock_as_timeout(&owner, Duration::from_millis(500))
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        nodes.reach(&[0, 1, 2]);
+        let gone = until_within(Duration::from_secs(5), || async {
+            let mut any = false;
+            for i in 0..3 {
+                any |= nodes.holds(i, "late").await;
+            }
+            !any
+        });
+        assert!(gone.await, "late grants were left to the 30 s lease");
+        let other = nodes.client().mutex("late").expect("mutex");
+        let guard = other.try_lock().await.expect("try_lock").expect("free");
+        guard.unlock().await.expect("unlock");
     })
     .await;
 }

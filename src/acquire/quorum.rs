@@ -16,10 +16,13 @@
 //!    [`Fencing::Clock`], each node issues max(its last token + 1, its clock in µs), and there
 //!    is no second round.
 //! 3. A failure gives back what it may have taken, in the background and without a wake-up
-//!    message (nobody held the lock): on every node for a fresh owner unless every node
-//!    refused (a node that has not answered yet may still grant, and runs the release after
+//!    message (nobody held the lock), unless every node refused: a fresh owner releases on
+//!    every node (a node that has not answered yet may still grant, and runs the release after
 //!    the acquisition: calls about one hold go on its connection in order), so the caller
-//!    does not wait for stragglers.
+//!    does not wait for stragglers; a carried owner, whose other holds stay, revokes its
+//!    request (`mutex_revoke`, by the request id the attempt's call carried) on every node
+//!    that did not refuse: the hold it added there, if any, is released, and a call still on
+//!    its way changes nothing.
 //!    A fresh owner's attempt uses an owner token of its own, so what one attempt left behind
 //!    is never taken for the next attempt's hold.
 //! 4. A split vote (some grants, no majority) answers busy for a random pause around the
@@ -63,6 +66,7 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
     let valid_until = after(started, engine.core.config.drift.validity(engine.lease));
     let node_deadline = after(started, quorum.node_timeout(engine.lease)).min(valid_until);
     let fresh = ask.claim.is_fresh();
+    let request_id = (!fresh).then(|| fastrand::u128(..));
     // A re-entry keeps its hold's token: it needs no second round.
     let two_rounds = ask.claim != Claim::Again && quorum.settings().fencing == Fencing::Quorum;
     // Cancelled between the first send and the answer: whatever a fresh owner got is released
@@ -87,13 +91,15 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
         waiters: engine.core.notifier.has_waiters(&engine.keys.wake),
         tokens: 1,
         // A new id for every attempt: a Redlock grant's validity counts from the attempt's
-        // start over every node, which a logged answer of an earlier send would not follow.
-        request: None,
+        // start over every node, which a logged answer of an earlier send would not follow. A
+        // carried owner's is kept, to undo what the attempt added if it fails.
+        request: request_id,
     };
     let majority = quorum.majority();
     let refusals_allowed = quorum.len() - majority;
     let mut granted: Vec<(usize, u64)> = Vec::with_capacity(quorum.len());
     let mut waits = Vec::new();
+    let mut refused = Vec::new();
     let mut failure = None;
     let mut failed = 0;
     let mut replies = quorum.each(&request, node_deadline);
@@ -105,7 +111,10 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
                 }
                 granted.push((node, fence));
             }
-            Ok(Answer::Busy { wait, .. }) => waits.push(wait),
+            Ok(Answer::Busy { wait, .. }) => {
+                waits.push(wait);
+                refused.push(node);
+            }
             Err(err) => {
                 failed += 1;
                 failure.get_or_insert(err);
@@ -145,11 +154,17 @@ pub(super) async fn run(engine: &Engine, quorum: &Quorum, ask: Ask) -> Result<At
             engine.held(ask, owner, fence, started, None),
         ));
     }
-    // Nodes that did not answer may grant yet: a fresh owner gives back unless every node
-    // refused.
-    let all_refused = granted.is_empty() && waits.len() == quorum.len();
-    if !all_refused && (fresh || !granted.is_empty()) {
-        give_back(engine, ask, &owner, &granted);
+    // Nodes that did not answer may grant yet: what the attempt may have added is given back
+    // unless every node refused.
+    if refused.len() < quorum.len() {
+        let undo = match request_id {
+            None => Undo::Release,
+            Some(request) => Undo::Revoke {
+                request,
+                nodes: (0..quorum.len()).filter(|n| !refused.contains(n)).collect(),
+            },
+        };
+        give_back(engine, &owner, undo);
     }
     if ask.claim == Claim::Again && waits.len() < majority {
         // A re-entry that no majority refused says nothing against the hold it re-enters (a
@@ -214,37 +229,59 @@ async fn confirm(
     confirmed >= needed && Instant::now() < valid_until
 }
 
-/// Gives back, in the background and without a wake-up message, what a failed attempt took: a
-/// fresh owner releases on every node (a node that has not answered yet runs the release after
-/// the acquisition); a carried owner, whose other holds must stay, releases one hold on each
-/// node that granted.
-fn give_back(engine: &Engine, ask: Ask, owner: &str, granted: &[(usize, u64)]) {
+/// What undoes a failed attempt on its nodes.
+enum Undo {
+    /// A fresh owner's: release on every node (a node that has not answered yet runs the
+    /// release after the acquisition; one that refused finds nothing).
+    Release,
+    /// A carried owner's, whose other holds must stay: on each of `nodes` (those that did not
+    /// refuse), release the hold the acquisition `request` added there, if it ran and granted,
+    /// and keep one still on its way from running (`mutex_revoke`).
+    Revoke { request: u128, nodes: Vec<usize> },
+}
+
+/// Gives back, in the background and without a wake-up message, what a failed attempt took
+/// (see [`Undo`]).
+fn give_back(engine: &Engine, owner: &str, undo: Undo) {
     let backend = Arc::clone(&engine.core.backend);
     let (name, keys) = (Arc::clone(&engine.name), Arc::clone(&engine.keys));
     let owner = owner.to_owned();
-    let nodes: Option<Vec<usize>> =
-        (!ask.claim.is_fresh()).then(|| granted.iter().map(|(node, _)| *node).collect());
     let lease = engine.lease;
     tokio::spawn(async move {
         let Some(quorum) = backend.as_quorum() else {
             return;
         };
-        let request = mutex::Release {
-            name: &name,
-            keys: &keys,
-            owner: &owner,
-            message: Some(""),
-            expected: None,
-        };
         let deadline = after(Instant::now(), quorum.node_timeout(lease));
-        let answers = match nodes {
-            None => quorum.each(&request, deadline).all().await,
-            Some(nodes) => quorum.to(&nodes, &request, deadline).all().await,
+        let failed: Vec<(usize, Error)> = match undo {
+            Undo::Release => {
+                let request = mutex::Release {
+                    name: &name,
+                    keys: &keys,
+                    owner: &owner,
+                    message: Some(""),
+                    expected: None,
+                };
+                let answers = quorum.each(&request, deadline).all().await;
+                answers
+                    .into_iter()
+                    .filter_map(|(node, answer)| answer.err().map(|err| (node, err)))
+                    .collect()
+            }
+            Undo::Revoke { request, nodes } => {
+                let request = mutex::Revoke {
+                    keys: &keys,
+                    owner: &owner,
+                    request,
+                };
+                let answers = quorum.to(&nodes, &request, deadline).all().await;
+                answers
+                    .into_iter()
+                    .filter_map(|(node, answer)| answer.err().map(|err| (node, err)))
+                    .collect()
+            }
         };
-        for (node, answer) in answers {
-            if let Err(err) = answer
-                && !matches!(err, crate::error::Error::NotHeld { .. })
-            {
+        for (node, err) in failed {
+            if !matches!(err, Error::NotHeld { .. }) {
                 tracing::debug!(lock = %name, node, error = %err, "giving back a failed attempt's grant failed; its lease will run out");
             }
         }

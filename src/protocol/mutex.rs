@@ -1,12 +1,13 @@
-//! The plain mutex's scripts: `mutex_acquire`, `mutex_release`, `mutex_extend`, and
-//! `mutex_confirm` (the second round of a Redlock acquisition's fencing; see `lua/README.md` for
-//! their contracts); and [`value`], the string of a held mutex, which the one-round-trip
+//! The plain mutex's scripts: `mutex_acquire`, `mutex_release`, `mutex_extend`,
+//! `mutex_confirm` (the second round of a Redlock acquisition's fencing) and `mutex_revoke`
+//! (what undoes a Redlock carried owner's failed acquisition; see `lua/README.md` for their
+//! contracts); and [`value`], the string of a held mutex, which the one-round-trip
 //! acquire (`super::take`) writes.
 
 use redis::Value;
 
 use super::reply::{Reply, statuses};
-use super::scripts::{MUTEX_ACQUIRE, MUTEX_CONFIRM, MUTEX_EXTEND, MUTEX_RELEASE};
+use super::scripts::{MUTEX_ACQUIRE, MUTEX_CONFIRM, MUTEX_EXTEND, MUTEX_RELEASE, MUTEX_REVOKE};
 use super::{Answer, Claim, MUTEX_LAYOUT, ms};
 use crate::backend::{By, Call, Request};
 use crate::error::{Error, Result};
@@ -251,6 +252,48 @@ impl Request for Confirm<'_> {
         }
         let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
         let (status, reply) = Reply::decode("mutex_confirm", raw, &keys, MUTEX_LAYOUT)?;
+        Err(reply.unexpected(status))
+    }
+}
+
+/// Undoes, on one Redlock node, the hold a carried owner's failed acquisition (`request`, its
+/// request id) added there, if it ran and granted; one still on its way then changes nothing.
+#[derive(Debug)]
+pub(crate) struct Revoke<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    pub(crate) request: u128,
+}
+
+impl Request for Revoke<'_> {
+    /// Whether a hold was released.
+    type Reply = bool;
+
+    fn call(&self, by: By) -> Call {
+        let mut call = MUTEX_REVOKE.call(by, 2);
+        call.key(&self.keys.lock)
+            .key(format!("{}:once", self.keys.lock))
+            .arg(self.owner)
+            .arg(format!("{:032x}", self.request));
+        call
+    }
+
+    fn hold(&self) -> Option<(&str, &str)> {
+        Some((&self.keys.lock, self.owner))
+    }
+
+    fn decode(&self, raw: Value) -> Result<bool> {
+        if let Value::Int(status) = raw {
+            return match status {
+                1 => Ok(true),
+                0 => Ok(false),
+                other => Err(Error::Protocol {
+                    script: "mutex_revoke",
+                    detail: format!("status {other}"),
+                }),
+            };
+        }
+        let (status, reply) = Reply::decode("mutex_revoke", raw, &[&self.keys.lock], MUTEX_LAYOUT)?;
         Err(reply.unexpected(status))
     }
 }

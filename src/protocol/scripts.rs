@@ -93,6 +93,7 @@ script!(
     "mutex_lib.lua",
     "mutex_confirm.lua"
 );
+script!(MUTEX_REVOKE, "mutex_lib.lua", "mutex_revoke.lua");
 script!(
     logged QUEUE_ACQUIRE,
     "calls_lib.lua",
@@ -135,6 +136,7 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &MUTEX_RELEASE,
         &MUTEX_EXTEND,
         &MUTEX_CONFIRM,
+        &MUTEX_REVOKE,
         &QUEUE_ACQUIRE,
         &QUEUE_RELEASE,
         &QUEUE_EXTEND,
@@ -175,6 +177,11 @@ mod tests {
                 &*MUTEX_CONFIRM,
                 "06324da852602a2b51c90266c3ace38a454a1543",
                 "4bd92258a2f38a71abb89569b4c9258bf793ed5c",
+            ),
+            (
+                &*MUTEX_REVOKE,
+                "c53b89f368696fa70f7d70ba5d9dc73817dfa201",
+                "d33dc9b4952b032a44eda6d4e0e890ee1e39f177",
             ),
             (
                 &*QUEUE_ACQUIRE,
