@@ -106,7 +106,7 @@ impl Core {
         let tasks = Tasks::spawn(Arc::clone(&backend));
         Ok(Arc::new(Self {
             config,
-            id: OwnerToken::new().short_id(),
+            id: client_id(),
             backend,
             notifier,
             tasks,
@@ -116,6 +116,19 @@ impl Core {
         }))
     }
 }
+
+/// A new client's id: 16 hex digits (64 random bits) of a new owner token. Two live clients
+/// with one id would share their wake-up channels and lose their waiters' places together
+/// when either is found gone; at 8 digits that was one chance in ten thousand among a
+/// thousand clients, at 16 it is one in some 37 million million.
+fn client_id() -> String {
+    let mut id = OwnerToken::new().as_field();
+    id.truncate(CLIENT_ID_LEN);
+    id
+}
+
+/// How many hex digits a client's id has.
+const CLIENT_ID_LEN: usize = 16;
 
 /// One turn per carried owner and name in a client, while in use: a hand-over names the client
 /// and the owner, so two waits of one carried owner in one client could not tell whose it is.
@@ -151,5 +164,16 @@ impl Turns {
                     lease_left: None,
                 }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_client_id_is_sixteen_hex_digits() {
+        let (a, b) = (super::client_id(), super::client_id());
+        assert_eq!(a.len(), 16);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
     }
 }

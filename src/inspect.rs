@@ -124,7 +124,8 @@ pub struct WaiterInfo {
     pub id: String,
     /// What it waits for.
     pub wants: Wants,
-    /// The client (process) it waits in: its places go together if that client is found gone.
+    /// The client (process) it waits in, by its id (16 hex digits): its places go together if
+    /// that client is found gone.
     pub client: String,
 }
 
