@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redlatch::{Error, LockClient};
-use support::{TestRedis, within};
+use support::{TestRedis, until, within};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -295,6 +295,51 @@ async fn foreign_data_at_a_name_in_use_is_refused_and_left_alone() {
             }
         }
         assert_eq!(cases, 5 * (2 + 3 * 4));
+    })
+    .await;
+}
+
+/// A queued primitive in use keeps its last token in its meta hash, and raises the fence key to
+/// it without reading it first: a sorted set of someone else's put there meanwhile is left
+/// exactly as it was (members and expiry), through acquisitions, releases and the name going
+/// idle.
+#[tokio::test]
+async fn a_fence_key_replaced_while_the_name_is_in_use_is_left_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (a, b, c) = (redis.client(), redis.client(), redis.client());
+        let mut conn = redis.conn().await;
+        let name = "replaced";
+        let first = a.semaphore(name, 3).unwrap().acquire().await.unwrap();
+        let second = b.semaphore(name, 3).unwrap().acquire().await.unwrap();
+        let fence = Key::Fence.of(&redis, name);
+        let _: () = redis::cmd("DEL")
+            .arg(&fence)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        write(&mut conn, &fence, Foreign::SortedSet, false).await;
+        let before = state(&mut conn, &fence).await;
+        let third = c.semaphore(name, 3).unwrap().acquire().await.unwrap();
+        assert_eq!(
+            state(&mut conn, &fence).await,
+            before,
+            "changed by an acquisition"
+        );
+        for permit in [first, second, third] {
+            permit.release().await.unwrap();
+        }
+        assert_eq!(
+            state(&mut conn, &fence).await,
+            before,
+            "changed by the releases"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&fence)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

@@ -55,15 +55,24 @@ local function fence_last(key, i, carry)
   return nil, false
 end
 
--- Raises the fence key `key` (absent or ours: see fence_last) to `token`, a decimal string; a
--- key made here lives `ttl` ms. A counter of the layout before is carried over first.
+-- Raises the fence key `key` to `token`, a decimal string; a key made here lives `ttl` ms. A
+-- counter of the layout before is carried over first. A key that is not ours is left as it
+-- was: another type refuses the ZADD, and a sorted set of someone else's that the ZADD gave a
+-- `~` (the callers that know the last token already, from the meta hash, do not look first)
+-- has it taken out again.
 local function fence_raise(key, token, ttl)
   local added = redis.pcall('ZADD', key, 'GT', token, '~')
   if type(added) == 'table' then
     if fence_last(key, 0, true) then return end
     added = redis.call('ZADD', key, 'GT', token, '~')
   end
-  if added == 1 then redis.call('PEXPIRE', key, ttl) end
+  if added == 1 then
+    if redis.call('ZCARD', key) > 1 then
+      redis.call('ZREM', key, '~')
+      return
+    end
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 
 -- A queued primitive's single hold, kept as one string under the meta key while nobody else

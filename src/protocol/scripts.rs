@@ -160,8 +160,8 @@ mod tests {
         let pins = [
             (
                 &*MUTEX_ACQUIRE,
-                "c289e67cbf3b6d73eeac4880a9ff90dd882771e3",
-                "b95e13dcbca89be2fae4d110f69960426212ce43",
+                "884dd6a0792f82ad482caa47356e0ac9724e63db",
+                "e39eb649556c7bad97653ba38ddf70240e3b58c0",
             ),
             (
                 &*MUTEX_RELEASE,
@@ -175,8 +175,8 @@ mod tests {
             ),
             (
                 &*MUTEX_CONFIRM,
-                "06324da852602a2b51c90266c3ace38a454a1543",
-                "4bd92258a2f38a71abb89569b4c9258bf793ed5c",
+                "f3f0918fc7147e9f3a30c4ca55259cdfbe64a28f",
+                "aa62c05760be07bd93d302a6b7fd371c82d37ac3",
             ),
             (
                 &*MUTEX_REVOKE,
@@ -185,28 +185,28 @@ mod tests {
             ),
             (
                 &*QUEUE_ACQUIRE,
-                "94a00083367b6e08705cf677411033e6ec3eb389",
-                "30c895e77bf8e0350cca3d83b91dd8c5c9b596a9",
+                "2a1e82eda6d059e578f949b049fe26cb268f0c82",
+                "d9613b73df9b2424913c2b204b01ca1e33816330",
             ),
             (
                 &*QUEUE_RELEASE,
-                "2864aecd78f2805f9e18ecac5eeb2191dfa64c77",
-                "fb885bb391327f74d31eb670be0ec5f402fc75c4",
+                "00b5f1b3505c5a018a81cbfae86998122fd28ccd",
+                "665394a641bedd71642f036839fae4376b79bdef",
             ),
             (
                 &*QUEUE_EXTEND,
-                "55b497d7474629f39af7a1de08842d0983b8af61",
-                "6fd22452a6b0383dbd10fcf098761d01c071437b",
+                "7aa08ed501b09e302c9f270cccb62ea5d0cf0199",
+                "885fd48623adba3ac3ecb1f9ed40815b33eaac92",
             ),
             (
                 &*INSPECT,
-                "329749d11940c3553c1f619f0a62fa91e27c2ac2",
-                "3d68536c7a2830684b98bbb2163ffc6abc2e8f5a",
+                "e63dcd10a11f1724b2101f8f075fb9701eec70a5",
+                "083fa853435aa06978c8d577f602210742feb88c",
             ),
             (
                 &*FORCE_UNLOCK,
-                "6c2f116c27fbd979dd4a3aef54351e6f2d7478b5",
-                "bd162a6efa5b5e195687321436aca9cd671f2e86",
+                "944e2ed119db2fc4f3eb292ae72131d7a44720de",
+                "1dfc510bb135473eb2527eda368bfab10fb6265d",
             ),
             (
                 &*ELECT_PROCLAIM,
