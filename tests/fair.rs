@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redlatch::{Error, LockKind};
 use redlatch_harness::proxy::Mode;
-use support::{TestRedis, crashing, until, within};
+use support::{TestRedis, crashing, until, until_within, within};
 use tokio::sync::Mutex as LocalMutex;
 use tokio::time::Instant;
 
@@ -562,6 +562,68 @@ async fn carried_waits_in_two_clients_whose_places_went_join_rather_than_share_o
             .await
             .unwrap();
         drop(first);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
+    })
+    .await;
+}
+
+/// A carried owner's wait that times out leaves the queue in the background; the owner's next
+/// wait in the client (which waited for its turn) must not take over that place, for the late
+/// release to remove it (or the hold handed to it) after: it queues behind whoever queued
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_wait_of_a_carried_owner_never_takes_over_the_place_of_one_that_timed_out() {
+    let redis = TestRedis::new();
+    within(NO_LOST_WAKEUPS, async {
+        let (holder, a, b) = (redis.client(), redis.client(), redis.client());
+        let owner = redlatch::OwnerToken::new();
+        for round in 0..20 {
+            let name = format!("turns-{round}");
+            let first = holder.fair_mutex(&name).unwrap().lock().await.unwrap();
+            let mutex = a.fair_mutex(&name).unwrap();
+            let timed = {
+                let mutex = mutex.clone();
+                tokio::spawn(async move {
+                    mutex
+                        .lock_as_timeout(&owner, Duration::from_millis(200))
+                        .await
+                })
+            };
+            until(|| async { redis.queued(&holder, &name).await == 1 }).await;
+            let stranger = {
+                let mutex = b.fair_mutex(&name).unwrap();
+                tokio::spawn(async move { mutex.lock().await.unwrap() })
+            };
+            until(|| async { redis.queued(&holder, &name).await == 2 }).await;
+            // Waits for its turn behind the timed wait, then queues.
+            let next = {
+                let mutex = mutex.clone();
+                tokio::spawn(async move { mutex.lock_as(&owner).await.unwrap() })
+            };
+            assert!(matches!(
+                timed.await.unwrap(),
+                Err(redlatch::Error::Timeout { .. })
+            ));
+            // The stranger first, then the owner's next wait, each in a place of its own.
+            let queued = until_within(Duration::from_secs(10), || async {
+                let waiters = holder.inspect(&name).await.unwrap().waiters;
+                waiters.len() == 2 && waiters.iter().any(|w| w.id == owner.short_id())
+            });
+            assert!(
+                queued.await,
+                "round {round}: the owner's next wait lost its place to the late release of the \
+                 one that timed out"
+            );
+            let waiters = holder.inspect(&name).await.unwrap().waiters;
+            assert_eq!(
+                waiters[1].id,
+                owner.short_id(),
+                "round {round}: {waiters:?}"
+            );
+            first.unlock().await.unwrap();
+            stranger.await.unwrap().unlock().await.unwrap();
+            next.await.unwrap().unlock().await.unwrap();
+        }
         until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::engine::RequestId;
@@ -64,7 +65,7 @@ pub(super) async fn acquire(
     let in_redis = engine.family.is_queued();
     // A hand-over names the client and the owner: waits for one carried owner in one client
     // take turns, and the later one re-enters the earlier one's hold.
-    let _turn = match (in_redis, ask.claim) {
+    let turn = match (in_redis, ask.claim) {
         (true, Claim::As) => {
             let key = format!("{}/{}", engine.keys.wake, ask.owner.as_field());
             Some(engine.core.turns.take(key, timeout).await?)
@@ -79,6 +80,7 @@ pub(super) async fn acquire(
         resend: std::sync::Mutex::new(None),
         waited,
         acquired: false,
+        turn,
     };
     let deadline = timeout.map(|t| after(started, t));
     // The first attempt, when it is made before any registration (see `wait`), is made here:
@@ -128,12 +130,23 @@ struct Attempts<'a> {
     waited: bool,
     /// The wait ended with the hold.
     acquired: bool,
+    /// A carried owner's turn in this client (see [`Turns`](crate::core::Turns)).
+    turn: Option<OwnedMutexGuard<()>>,
 }
 
 impl Drop for Attempts<'_> {
     fn drop(&mut self) {
+        // The waiter's place, when it leaves the queue (not granted): its release, in the
+        // background, names the queue member, which the owner's next wait in this client
+        // shares. That wait takes its turn only once the release has run, so that it never
+        // takes over the place (a queue's `ZADD NX` keeps it), nor the hold handed to it, for
+        // the release to take away after.
+        let place = self.place.as_deref().and_then(|place| take(place).take());
         if !self.acquired && self.unanswered.load(Ordering::Relaxed) {
             self.engine.abandon(self.ask, self.place.is_some());
+        }
+        if let (Some(place), Some(turn)) = (&place, self.turn.take()) {
+            place.hold().keep(Box::new(turn));
         }
     }
 }

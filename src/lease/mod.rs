@@ -86,6 +86,17 @@ pub(crate) struct Hold {
     signal: std::sync::OnceLock<watch::Sender<Status>>,
     /// The local waiters this hold passes between (local hand-off): told when it is lost.
     cohort: std::sync::OnceLock<std::sync::Weak<cohort::Cohort>>,
+    /// Kept alive until the hold's release has run ([`keep`](Self::keep)).
+    kept: StdMutex<Option<Kept>>,
+}
+
+/// What a hold keeps alive until it is gone.
+struct Kept(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kept")
+    }
 }
 
 impl Hold {
@@ -123,6 +134,7 @@ impl Hold {
             turn: AtomicU64::new(0),
             signal: std::sync::OnceLock::new(),
             cohort: std::sync::OnceLock::new(),
+            kept: StdMutex::new(None),
         }
     }
 
@@ -251,6 +263,18 @@ impl Hold {
     /// Not lost, not let go, and its lease has not run out as far as this process knows.
     pub(crate) fn is_live(&self) -> bool {
         !self.is_ended() && !self.is_lost() && Instant::now() < self.expires_at()
+    }
+
+    /// Keeps `value` alive until the background release of this hold's dropped lease has run
+    /// (or given up); dropped at once if the lease is let go without one.
+    pub(crate) fn keep(&self, value: Box<dyn Send + Sync>) {
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(Kept(value));
+    }
+
+    /// Drops what [`keep`](Self::keep) kept.
+    fn let_kept_go(&self) {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(kept);
     }
 
     /// A release handed this hold over, for a first term ending at `at` (never later than the
@@ -387,12 +411,14 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
             self.hold.end(&self.tasks.0.watchdog);
-            if self.hold.may_remain() {
-                // If the release queue is gone the client is shutting down; the lease then
-                // simply runs out.
-                let _ = self.tasks.0.releases.send(Arc::clone(&self.hold));
+            // If the release queue is gone the client is shutting down; the lease then simply
+            // runs out.
+            if self.hold.may_remain() && self.tasks.0.releases.send(Arc::clone(&self.hold)).is_ok()
+            {
+                return;
             }
         }
+        self.hold.let_kept_go();
     }
 }
 

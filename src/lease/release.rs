@@ -48,6 +48,8 @@ async fn run(
         let (backend, free) = (Arc::clone(&backend), Arc::clone(&free));
         let mut closed = closed.clone();
         tokio::spawn(async move {
+            // Whatever the hold keeps goes once its release has run, or given up.
+            let hold = LetKeptGo(hold);
             let now = Instant::now();
             let until = hold
                 .expires_at()
@@ -74,6 +76,23 @@ async fn run(
                 }
             }
         });
+    }
+}
+
+/// A hold in the release queue: what it keeps ([`Hold::keep`]) goes when this is dropped.
+struct LetKeptGo(Arc<Hold>);
+
+impl std::ops::Deref for LetKeptGo {
+    type Target = Hold;
+
+    fn deref(&self) -> &Hold {
+        &self.0
+    }
+}
+
+impl Drop for LetKeptGo {
+    fn drop(&mut self) {
+        self.0.let_kept_go();
     }
 }
 
