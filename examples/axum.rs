@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redlatch::LockClient;
-use redlatch::layer::{LockLayer, PermitLayer, RequestHold};
+use redlatch::layer::{LockLayer, PermitLayer, RequestHold, decoded_path};
 use redlatch_harness::measure::{raw_mutex_acquire, raw_mutex_release, server_micros};
 use redlatch_harness::server;
 
@@ -69,18 +69,27 @@ async fn report() -> &'static str {
     "report\n"
 }
 
+/// The name of a resource's lock: from the decoded path, as the handler's `Path(id)` is, so
+/// every spelling of one id (`42`, `%34%32`) is one lock.
+fn resource_lock(req: &Request) -> Option<String> {
+    let path = decoded_path(req)?;
+    let id = path.strip_prefix("/resources/")?;
+    Some(format!("resource:{id}"))
+}
+
 fn app(client: &LockClient) -> Router {
-    let resources = Router::new().route("/resources/{id}", put(update)).layer(
-        LockLayer::new(client.clone(), |req: &Request| {
-            let id = req.uri().path().strip_prefix("/resources/")?;
-            Some(format!("resource:{id}"))
-        })
-        .wait_timeout(Duration::from_secs(5))
-        .respond_with_status(),
-    );
+    // `route_layer`, not `layer`: the router's 404 fallback is left out, so an unknown URL takes
+    // no lock and no permit.
+    let resources = Router::new()
+        .route("/resources/{id}", put(update))
+        .route_layer(
+            LockLayer::new(client.clone(), resource_lock)
+                .wait_timeout(Duration::from_secs(5))
+                .respond_with_status(),
+        );
     let reports = Router::new()
         .route("/report", get(report))
-        .layer(PermitLayer::new(client.clone(), "reports", 2).respond_with_status());
+        .route_layer(PermitLayer::new(client.clone(), "reports", 2).respond_with_status());
     resources.merge(reports)
 }
 
@@ -161,13 +170,7 @@ async fn load(client: &LockClient, url: &str, args: &Args, phase: Duration) -> A
     let bare = Router::new().route("/resources/{id}", put(|| async { "updated\n" }));
     let locked = Router::new()
         .route("/resources/{id}", put(|| async { "updated\n" }))
-        .layer(
-            LockLayer::new(client.clone(), |req: &Request| {
-                let id = req.uri().path().strip_prefix("/resources/")?;
-                Some(format!("resource:{id}"))
-            })
-            .respond_with_status(),
-        );
+        .route_layer(LockLayer::new(client.clone(), resource_lock).respond_with_status());
     let mut conn = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;

@@ -238,6 +238,49 @@ async fn the_concurrency_limit_is_never_exceeded_and_is_reached() {
     .await;
 }
 
+/// The README's recipe: names from the decoded path make every spelling of one resource one
+/// lock (the handler's `Path` is decoded too), and `route_layer` leaves the 404 fallback alone,
+/// so an unknown URL takes no lock and no permit.
+#[tokio::test]
+async fn every_spelling_of_a_path_is_one_lock_and_unknown_urls_take_none() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let app = Router::new()
+            .route(
+                "/items/{id}",
+                get(|Path(id): Path<String>| async move { id }),
+            )
+            .route_layer(PermitLayer::new(client.clone(), "api", 8).respond_with_status())
+            .route_layer(
+                LockLayer::new(client.clone(), |req: &Request| {
+                    redlatch::layer::decoded_path(req)
+                })
+                .fail_fast()
+                .respond_with_status(),
+            );
+        let addr = serve(app).await;
+        let http = http_client();
+        let held = client.mutex("/items/42").unwrap().lock().await.unwrap();
+        for spelling in ["/items/42", "/items/%34%32", "/items/4%32"] {
+            let (status, _) = get_status(&http, addr, spelling).await;
+            assert_eq!(status, StatusCode::LOCKED, "{spelling}");
+        }
+        held.unlock().await.unwrap();
+        let (status, body) = get_status(&http, addr, "/items/%34%32").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "42"));
+        let (status, _) = get_status(&http, addr, "/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let snapshot = client.inspect("/nope").await.unwrap();
+        assert_eq!(
+            snapshot.last_fencing_token, None,
+            "a lock was taken for a 404"
+        );
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn busy_and_timed_out_requests_get_their_statuses() {
     let redis = TestRedis::new();

@@ -239,7 +239,7 @@ pub trait OnError<E, B>: sealed::Sealed {
 /// # fn demo(client: redlatch::LockClient) {
 /// // The default: `LockLayer<_, Errors>`.
 /// let layer: LockLayer<_, Errors> =
-///     LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()));
+///     LockLayer::new(client, |req: &http::Request<()>| redlatch::layer::decoded_path(req));
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -253,7 +253,7 @@ pub struct Errors;
 ///
 /// # fn demo(client: redlatch::LockClient) {
 /// let layer: LockLayer<_, Statuses> =
-///     LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+///     LockLayer::new(client, |req: &http::Request<()>| redlatch::layer::decoded_path(req))
 ///         .respond_with_status();
 /// # }
 /// ```

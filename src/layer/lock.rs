@@ -25,8 +25,10 @@ use crate::LockClient;
 /// # fn demo(client: redlatch::LockClient) {
 /// let app: Router = Router::new()
 ///     .route("/documents/{id}", put(|| async { "saved" }))
-///     .layer(
-///         LockLayer::new(client, |req: &Request| Some(format!("doc:{}", req.uri().path())))
+///     .route_layer(
+///         LockLayer::new(client, |req: &Request| {
+///             redlatch::layer::decoded_path(req).map(|path| format!("doc:{path}"))
+///         })
 ///             .fair()
 ///             .wait_timeout(Duration::from_secs(2))
 ///             .respond_with_status(),
@@ -48,7 +50,10 @@ impl<M> LockLayer<M> {
     /// ```no_run
     /// # fn demo(client: redlatch::LockClient) {
     /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| {
-    ///     req.uri().path().strip_prefix("/accounts/").map(|id| format!("account:{id}"))
+    ///     // Decoded, as the router hands the id to the handler: one lock per account, however
+    ///     // its path is spelled.
+    ///     let path = redlatch::layer::decoded_path(req)?;
+    ///     path.strip_prefix("/accounts/").map(|id| format!("account:{id}"))
     /// });
     /// # }
     /// ```
@@ -68,7 +73,7 @@ impl<M, R> LockLayer<M, R> {
     ///
     /// ```no_run
     /// # fn demo(client: redlatch::LockClient) {
-    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| redlatch::layer::decoded_path(req))
     ///     .fair();
     /// # }
     /// ```
@@ -85,7 +90,7 @@ impl<M, R> LockLayer<M, R> {
     ///
     /// ```no_run
     /// # fn demo(client: redlatch::LockClient) {
-    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))
+    /// let layer = redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| redlatch::layer::decoded_path(req))
     ///     .reentry_header(http::HeaderName::from_static("x-lock-owner"));
     /// # }
     /// ```
@@ -98,5 +103,5 @@ impl<M, R> LockLayer<M, R> {
 
 shared_options!(
     LockLayer,
-    "redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| Some(req.uri().path().to_owned()))"
+    "redlatch::layer::LockLayer::new(client, |req: &http::Request<()>| redlatch::layer::decoded_path(req))"
 );

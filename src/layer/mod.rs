@@ -60,16 +60,15 @@
 //!
 //! # async fn demo(client: redlatch::LockClient) {
 //! let app: Router = Router::new()
-//!     // One request per resource at a time, fleet-wide.
 //!     .route("/resources/{id}", post(update))
-//!     .layer(
-//!         LockLayer::new(client.clone(), |req: &Request| {
-//!             Some(req.uri().path().to_owned())
-//!         })
-//!         .respond_with_status(),
-//!     )
 //!     // At most 8 requests at once across every instance.
-//!     .layer(PermitLayer::new(client, "api", 8).respond_with_status());
+//!     .route_layer(PermitLayer::new(client.clone(), "api", 8).respond_with_status())
+//!     // One request per resource at a time, fleet-wide (the layer added last runs first: a
+//!     // request waits for its resource before it takes one of the 8).
+//!     .route_layer(
+//!         LockLayer::new(client, |req: &Request| redlatch::layer::decoded_path(req))
+//!             .respond_with_status(),
+//!     );
 //! # }
 //! ```
 
@@ -87,7 +86,7 @@ pub use body::HoldBody;
 pub use error::{BoxError, Errors, LayerError, OnError, Statuses};
 pub use future::ResponseFuture;
 pub use lock::LockLayer;
-pub use name::{FixedName, MakeLockName};
+pub use name::{FixedName, MakeLockName, decoded_path};
 pub use options::OnLost;
 pub use permit::PermitLayer;
 pub use request_hold::RequestHold;

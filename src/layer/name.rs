@@ -1,5 +1,5 @@
-//! Where a request's lock name comes from: [`MakeLockName`], and [`FixedName`] for one name for
-//! every request.
+//! Where a request's lock name comes from: [`MakeLockName`], [`FixedName`] for one name for
+//! every request, and [`decoded_path`] for a name of a request's path.
 
 use std::sync::Arc;
 
@@ -67,4 +67,27 @@ impl<B> MakeLockName<B> for FixedName {
     fn make_lock_name(&mut self, _request: &http::Request<B>) -> Option<String> {
         Some(self.0.to_string())
     }
+}
+
+/// The request's path, percent-decoded, as a router decodes the path parameters it hands a
+/// handler: `None` when it does not decode to UTF-8. A lock name made from it is the same for
+/// every spelling of one path (`/items/42`, `/items/%34%32`, `%c3%a9` or `%C3%A9`), where
+/// `uri().path()` would give each spelling a lock of its own, and let two requests for one
+/// resource in at once.
+///
+/// ```
+/// use redlatch::layer::decoded_path;
+///
+/// let plain = http::Request::get("/items/42").body(()).unwrap();
+/// let encoded = http::Request::get("/items/%34%32").body(()).unwrap();
+/// assert_eq!(decoded_path(&plain).as_deref(), Some("/items/42"));
+/// assert_eq!(decoded_path(&encoded).as_deref(), Some("/items/42"));
+/// let not_text = http::Request::get("/items/%ff").body(()).unwrap();
+/// assert_eq!(decoded_path(&not_text), None);
+/// ```
+pub fn decoded_path<B>(request: &http::Request<B>) -> Option<String> {
+    percent_encoding::percent_decode_str(request.uri().path())
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }

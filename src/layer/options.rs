@@ -126,6 +126,12 @@ macro_rules! shared_options {
             /// Hold the lock or permit until the response body has been read to its end (or
             /// dropped), not just until the response head. Default: off.
             ///
+            /// The hold then lasts as long as the client takes to read the body, and the
+            /// watchdog renews it meanwhile: a client that stops reading without closing the
+            /// connection keeps the name taken until the server drops the body. Serve such
+            /// routes with a write or idle timeout (hyper and `axum::serve` have none by
+            /// default), for instance `tower_http::timeout`'s body timeout.
+            ///
             /// ```no_run
             /// # fn demo(client: redlatch::LockClient) {
             #[doc = concat!("let layer = ", $new, ".hold_until_body_end();")]

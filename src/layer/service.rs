@@ -31,7 +31,7 @@ use crate::{LockClient, OwnerToken};
 ///     Ok::<_, Infallible>(Response::new(String::from("done")))
 /// });
 /// let mut service: HoldService<_, _> =
-///     LockLayer::new(client, |req: &Request<String>| Some(req.uri().path().to_owned()))
+///     LockLayer::new(client, |req: &Request<String>| redlatch::layer::decoded_path(req))
 ///         .layer(handler);
 /// let future: ResponseFuture<_> =
 ///     service.ready().await?.call(Request::new(String::new()));
