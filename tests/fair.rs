@@ -604,21 +604,16 @@ async fn the_next_wait_of_a_carried_owner_never_takes_over_the_place_of_one_that
                 timed.await.unwrap(),
                 Err(redlatch::Error::Timeout { .. })
             ));
-            // The stranger first, then the owner's next wait, each in a place of its own.
+            // The stranger first, then the owner's next wait, each in a place of its own (the
+            // timed-out wait's place, of the same owner, may still be there for a moment).
             let queued = until_within(Duration::from_secs(10), || async {
                 let waiters = holder.inspect(&name).await.unwrap().waiters;
-                waiters.len() == 2 && waiters.iter().any(|w| w.id == owner.short_id())
+                waiters.len() == 2 && waiters[1].id == owner.short_id()
             });
             assert!(
                 queued.await,
-                "round {round}: the owner's next wait lost its place to the late release of the \
-                 one that timed out"
-            );
-            let waiters = holder.inspect(&name).await.unwrap().waiters;
-            assert_eq!(
-                waiters[1].id,
-                owner.short_id(),
-                "round {round}: {waiters:?}"
+                "round {round}: the owner's next wait took over the place of the one that timed \
+                 out, or lost its own to that place's late release"
             );
             first.unlock().await.unwrap();
             stranger.await.unwrap().unlock().await.unwrap();

@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdGuard};
 
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::{Ask, Attempt, Engine};
@@ -23,11 +24,42 @@ use crate::token::OwnerToken;
 
 /// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
 /// it is left only when the last of them is done with it.
-pub(super) type Place = StdMutex<Option<Lease>>;
+/// A waiter's place in the queue while it has one, shared by its wait and the attempts it
+/// runs (a carried owner's in a task of its own, which may queue it after the wait is gone).
+#[derive(Default)]
+pub(super) struct Place {
+    lease: StdMutex<Option<Lease>>,
+    /// A carried owner's turn in this client, once its wait is over: kept, when the place is
+    /// dropped, until the place's release has run, so that the owner's next wait in this client
+    /// (the same queue member) never queues, or is handed a hold, before that release.
+    turn: StdMutex<Option<OwnedMutexGuard<()>>>,
+}
+
+impl Place {
+    /// Keeps `turn` until the place, if it has one by the time every attempt is done, has left
+    /// the queue.
+    pub(super) fn keep_turn(&self, turn: OwnedMutexGuard<()>) {
+        *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let turn = self
+            .turn
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let lease = take(self).take();
+        if let (Some(lease), Some(turn)) = (&lease, turn) {
+            lease.hold().keep(Box::new(turn));
+        }
+    }
+}
 
 pub(super) fn take(place: &Place) -> StdGuard<'_, Option<Lease>> {
     // Every update is one assignment, so a poisoned lock still holds a consistent value.
-    place.lock().unwrap_or_else(|p| p.into_inner())
+    place.lease.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The lease of a waiter's place in the queue: nothing to renew (a place has no deadline), and

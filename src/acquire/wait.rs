@@ -136,17 +136,17 @@ struct Attempts<'a> {
 
 impl Drop for Attempts<'_> {
     fn drop(&mut self) {
-        // The waiter's place, when it leaves the queue (not granted): its release, in the
-        // background, names the queue member, which the owner's next wait in this client
-        // shares. That wait takes its turn only once the release has run, so that it never
-        // takes over the place (a queue's `ZADD NX` keeps it), nor the hold handed to it, for
-        // the release to take away after.
-        let place = self.place.as_deref().and_then(|place| take(place).take());
         if !self.acquired && self.unanswered.load(Ordering::Relaxed) {
             self.engine.abandon(self.ask, self.place.is_some());
         }
-        if let (Some(place), Some(turn)) = (&place, self.turn.take()) {
-            place.hold().keep(Box::new(turn));
+        // The waiter's place, when it leaves the queue (not granted): its release, in the
+        // background, names the queue member, which the owner's next wait in this client
+        // shares. That wait takes its turn only once the release has run (the place keeps it,
+        // also for a place an attempt still running makes), so that it never takes over the
+        // place (a queue's `ZADD NX` keeps it), nor the hold handed to it, for the release to
+        // take away after.
+        if let (Some(place), Some(turn)) = (&self.place, self.turn.take()) {
+            place.keep_turn(turn);
         }
     }
 }
