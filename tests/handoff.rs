@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redlatch::{LocalHandoff, MutexGuard};
-use support::{TestRedis, racy_increment, until, within};
+use redlatch_harness::proxy::Mode;
+use support::{TestRedis, racy_increment, until, until_within, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -313,6 +314,60 @@ async fn an_unlock_dropped_while_its_successor_gives_up_leaves_the_name_free() {
         assert!(next.is_held());
         next.unlock().await.unwrap();
         assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}
+
+/// A hold re-entered (two holds of one owner) is let go by its first guard while a task of
+/// the client waits: that task releases the one hold in Redis before it takes the lock. If it
+/// is cancelled while the release is out, the release still happens once: the second guard
+/// keeps its hold, and nobody else gets the name.
+#[tokio::test]
+async fn a_leader_cancelled_during_its_release_releases_one_hold_once() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        let client = builder.build().unwrap();
+        let mutex = client.mutex("twice").unwrap();
+        let first = mutex.lock().await.unwrap();
+        let second = first.reenter().await.unwrap();
+        let key = redis.lock_key("twice");
+        let holds = || async {
+            let mut conn = redis.conn().await;
+            let value: Option<String> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            value.and_then(|v| v.split(' ').nth(2)?.parse::<u32>().ok())
+        };
+        assert_eq!(holds().await, Some(2));
+        let waiter = queued(&mutex).await;
+        // The release reaches Redis; its answer does not come back.
+        proxy.set(Mode::HoldReplies);
+        drop(first);
+        until(|| async { holds().await == Some(1) }).await;
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        // A second release would take the count to 0 (and free the name) at once.
+        let released_twice = until_within(Duration::from_secs(1), || async {
+            holds().await != Some(1)
+        });
+        assert!(!released_twice.await, "the hold was released a second time");
+        proxy.set(Mode::Pass);
+        assert!(second.is_held());
+        let other = redis.client();
+        assert!(
+            other
+                .mutex("twice")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
+        second.unlock().await.unwrap();
+        until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

@@ -93,15 +93,25 @@ pub(super) async fn acquire(engine: &Engine, ask: Ask, timeout: Option<Duration>
 }
 
 /// Releases the hold a dropped guard let go, for the new leader: whether that woke waiters
-/// elsewhere. If the leader is cancelled first, the lease releases it in the background.
+/// elsewhere. The release runs in a task of its own, which ends the lease once it is answered:
+/// a leader cancelled while it is on its way leaves it to finish, rather than drop the lease
+/// still armed, which would release the hold a second time (one hold of an owner with others,
+/// when the hold had been re-entered).
 async fn released(engine: &Engine, lease: Lease) -> bool {
-    let tasks = &engine.core.tasks;
-    let told = release::release(tasks.backend(), tasks.free(), lease.hold()).await;
-    lease.disarm();
-    told.unwrap_or_else(|err| {
-        tracing::debug!(lock = %engine.name, error = %err, "releasing a hold let go failed; its lease will run out");
-        false
-    })
+    let tasks = engine.core.tasks.clone();
+    let release = tokio::spawn(async move {
+        let told = release::release(tasks.backend(), tasks.free(), lease.hold()).await;
+        lease.disarm();
+        told
+    });
+    match release.await {
+        Ok(Ok(told)) => told,
+        Ok(Err(err)) => {
+            tracing::debug!(lock = %engine.name, error = %err, "releasing a hold let go failed; its lease will run out");
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 /// A local waiter's place in its cohort's queue (a hold passed to it is counted as handed over
