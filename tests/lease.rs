@@ -569,3 +569,43 @@ async fn a_release_held_up_by_a_pause_still_happens() {
     })
     .await;
 }
+
+/// A guard whose owner token was read out (it may be in use elsewhere) and whose hold was lost:
+/// its unlock must not release the hold another process has since taken as that owner (a drop
+/// already did not).
+#[tokio::test]
+async fn unlocking_a_lost_guard_whose_owner_was_read_leaves_that_owners_new_hold_alone() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (a, b) = (redis.client(), redis.client());
+        let guard = a
+            .mutex("carried")
+            .unwrap()
+            .with_lease(Duration::from_millis(300))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let owner = *guard.owner();
+        assert_eq!(a.force_unlock("carried").await.unwrap().holders, 1);
+        guard.lost().await;
+        let taken = b.mutex("carried").unwrap().lock_as(&owner).await.unwrap();
+        assert!(
+            matches!(guard.unlock().await, Err(Error::NotHeld { .. })),
+            "the lost guard's unlock"
+        );
+        assert!(taken.is_held());
+        assert!(
+            a.mutex("carried")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none(),
+            "the owner's new hold was released"
+        );
+        taken.unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

@@ -534,7 +534,15 @@ impl Held {
         };
         let hold = self.lease.end();
         let tasks = &self.lease.tasks;
-        let released = release::release(tasks.backend(), tasks.free(), &hold).await;
+        let released = if hold.may_remain() {
+            release::release(tasks.backend(), tasks.free(), &hold).await
+        } else {
+            // Lost, with an owner token that may be in use elsewhere (read out or re-entered):
+            // a release would end another holder's hold of that owner, as a drop does not.
+            Err(Error::NotHeld {
+                name: hold.name.to_string(),
+            })
+        };
         if let Some(successor) = successor {
             successor.lead(None, matches!(released, Ok(true)));
         }

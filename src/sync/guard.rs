@@ -275,7 +275,10 @@ impl MutexGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`](crate::Error::NotHeld) if the owner no longer held the lock (its lease ran out, or the key
-    /// was deleted): nothing was changed. Connection errors leave the release to the lease.
+    /// was deleted): nothing was changed. A hold known lost whose owner was read out
+    /// ([`owner`](Self::owner)) or re-entered gets it without a request, since the owner token
+    /// may hold the lock again elsewhere (through `lock_as`), and its release would end that
+    /// hold. Connection errors leave the release to the lease.
     ///
     /// # Cancel safety
     ///
