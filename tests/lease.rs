@@ -609,3 +609,71 @@ async fn unlocking_a_lost_guard_whose_owner_was_read_leaves_that_owners_new_hold
     })
     .await;
 }
+
+/// The watchdog renews the holds of many names in one call. Data redlatch did not write, put
+/// under one name's holders key while that name is in use, loses that name's permit (its
+/// renewal is refused) and no other: the other names' permits in the same call are renewed.
+#[tokio::test]
+async fn foreign_data_under_one_names_key_costs_the_other_holds_in_its_renewal_nothing() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        // Renewed by the watchdog every 200 ms.
+        let lease = Duration::from_millis(600);
+        let client = redis.builder().default_lease(lease).build().unwrap();
+        let other = redis.client();
+        let mut mine = Vec::new();
+        for i in 0..4 {
+            let semaphore = client.semaphore(&format!("kept-{i}"), 2).unwrap();
+            mine.push(semaphore.acquire().await.unwrap());
+        }
+        // Two owners: the semaphore's state with its holders key.
+        let victim = client
+            .semaphore("spoiled", 2)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let beside = other
+            .semaphore("spoiled", 2)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let holders = format!("{}:holders", redis.lock_key("spoiled"));
+        let mut conn = redis.conn().await;
+        let _: () = redis::cmd("DEL")
+            .arg(&holders)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&holders)
+            .arg("not ours")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        victim.lost().await;
+        // Past the lease the others were taken with: only renewals kept them.
+        tokio::time::sleep_until(started + lease * 2).await;
+        for (i, permit) in mine.iter().enumerate() {
+            assert!(permit.is_held(), "kept-{i} was not renewed");
+        }
+        let value: String = redis::cmd("GET")
+            .arg(&holders)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(value, "not ours");
+        for permit in mine {
+            permit.release().await.unwrap();
+        }
+        drop((victim, beside));
+        let _: () = redis::cmd("DEL")
+            .arg(&holders)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    })
+    .await;
+}

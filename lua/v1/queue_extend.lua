@@ -34,7 +34,11 @@ local function renew(k, a, layout, what, owner)
       if get(s, '~wclient') then redis.call('HDEL', s.m, '~wclient') end
     end
   elseif what == 'h' then
-    local ends = tonumber(redis.call('ZSCORE', s.h, owner))
+    -- A holders key of another type (put there while the name is in use) is this item's
+    -- foreign data, not an error of the whole call, which renews other names' holds too.
+    local score = redis.pcall('ZSCORE', s.h, owner)
+    if type(score) == 'table' and score.err then return -1 end
+    local ends = tonumber(score)
     if ends and ends > now then
       status = 1
       if d > ends then redis.call('ZADD', s.h, d, owner) end

@@ -175,8 +175,10 @@ async fn send_release(backend: &Backend, hold: &Hold) -> Result<bool> {
 /// hold's durability wants: it does not count, and the hold keeps its old deadline.
 pub(crate) const UNREPLICATED: i64 = 2;
 
-/// The status of a Redlock renewal that no majority decided either way (nodes did not answer
-/// in time): nothing is known of that hold, and it is tried again soon.
+/// The status of a renewal that nothing decided: a Redlock renewal no majority decided either
+/// way (nodes did not answer in time), or one whose call failed while other calls of its batch
+/// (other slots, families or durabilities) were answered. Nothing is known of that hold, and it
+/// is tried again soon.
 pub(crate) const UNDECIDED: i64 = 3;
 
 /// What a renewal of several holds came to: one status per hold, and the largest shortfall of
@@ -190,8 +192,11 @@ pub(crate) struct Renewed {
 /// Renews holds, each to at least its given lease in ms: one script call per script family,
 /// per group of keys the backend takes in one call (on a cluster, a hash slot) and per
 /// durability, the calls in flight together. One status per item, in order: `1` renewed, `0`
-/// not held any more, [`UNREPLICATED`], negative for foreign data. A Redlock client asks every
-/// node and counts (see [`super::quorum`]); a hold no majority decided is [`UNDECIDED`].
+/// not held any more, [`UNREPLICATED`], negative for foreign data, [`UNDECIDED`] for the items
+/// of a call that failed when another was answered (a master of a cluster down, say, must not
+/// cost the holds on the others their renewal); the error when every call failed. A Redlock
+/// client asks every node and counts (see [`super::quorum`]); a hold no majority decided is
+/// [`UNDECIDED`].
 pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<Renewed> {
     if let Some(quorum) = backend.as_quorum() {
         return Ok(Renewed {
@@ -245,17 +250,29 @@ pub(crate) async fn extend(backend: &Backend, items: &[(&Hold, u64)]) -> Result<
             statuses.map(|s| (members, s))
         });
     let mut out = Renewed {
-        statuses: vec![0; items.len()],
+        statuses: vec![UNDECIDED; items.len()],
         shortfall: None,
     };
+    let mut failure = None;
+    let mut answered = false;
     for result in futures_util::future::join_all(calls).await {
-        let (members, (statuses, shortfall)) = result?;
-        for (&i, status) in members.iter().zip(statuses) {
-            out.statuses[i] = status;
+        match result {
+            Ok((members, (statuses, shortfall))) => {
+                answered = true;
+                for (&i, status) in members.iter().zip(statuses) {
+                    out.statuses[i] = status;
+                }
+                out.shortfall = out.shortfall.max(shortfall);
+            }
+            Err(err) => {
+                failure.get_or_insert(err);
+            }
         }
-        out.shortfall = out.shortfall.max(shortfall);
     }
-    Ok(out)
+    match failure {
+        Some(err) if !answered => Err(err),
+        _ => Ok(out),
+    }
 }
 
 /// Runs one renewal call, durably when `want` says: the statuses, a renewal that fewer

@@ -397,7 +397,7 @@ fn apply(schedule: &mut Schedule, chunk: &[Arc<Hold>], sent_at: Instant, outcome
             if !undecided.is_empty() {
                 tracing::debug!(
                     holds = undecided.len(),
-                    "lease renewal decided by no majority of nodes, retrying"
+                    "lease renewal undecided (no majority of nodes, or its call failed), retrying"
                 );
                 retry_soon(schedule, &undecided);
             }

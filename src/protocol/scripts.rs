@@ -195,8 +195,8 @@ mod tests {
             ),
             (
                 &*QUEUE_EXTEND,
-                "7aa08ed501b09e302c9f270cccb62ea5d0cf0199",
-                "885fd48623adba3ac3ecb1f9ed40815b33eaac92",
+                "a7191883e8966d1f998d33c39b9e33e6bac46b3b",
+                "9fbc84f121022e5a63dd54010aa06211a69c761f",
             ),
             (
                 &*INSPECT,
