@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlatch::Error;
 use redlatch_harness::proxy::Mode;
-use support::{TestRedis, within};
+use support::{TestRedis, until, within};
 
 const LEASE: Duration = Duration::from_millis(300);
 /// The lease of the tests that need the watchdog to keep a hold: long enough that a loaded 2-core
@@ -674,6 +674,40 @@ async fn foreign_data_under_one_names_key_costs_the_other_holds_in_its_renewal_n
             .query_async(&mut conn)
             .await
             .unwrap();
+    })
+    .await;
+}
+
+/// An extension whose answer comes after the hold's deadline passed (the hold was lost then,
+/// and `lost()` fired) says the hold is lost, as the guard does, rather than `Ok`.
+#[tokio::test]
+async fn an_extension_answered_after_the_hold_was_lost_says_so() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (proxy, builder) = redis.through_proxy().await;
+        // Lost well before the extension's request times out (redis-rs's 500 ms).
+        let client = builder
+            .default_lease(Duration::from_millis(250))
+            .build()
+            .unwrap();
+        let guard = client.mutex("late").unwrap().lock().await.unwrap();
+        let lost = guard.lost();
+        // Every answer from now on is held back: the renewals' and the extension's.
+        proxy.set(Mode::HoldReplies);
+        let extension = tokio::spawn(async move {
+            let extended = guard.extend(Duration::from_secs(10)).await;
+            (guard, extended)
+        });
+        lost.await;
+        proxy.set(Mode::Pass);
+        let (guard, extended) = extension.await.unwrap();
+        assert!(
+            matches!(extended, Err(Error::NotHeld { .. })),
+            "{extended:?}"
+        );
+        assert!(!guard.is_held());
+        drop(guard);
+        until(|| async { redis.leftovers().await.is_empty() }).await;
     })
     .await;
 }

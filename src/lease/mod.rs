@@ -498,6 +498,9 @@ impl Held {
         let renewed = release::extend(self.lease.tasks.backend(), &[(hold, ms)]).await?;
         let status = renewed.statuses.first().copied().unwrap_or_default();
         match status {
+            // Lost meanwhile (its deadline passed while the call was out): the guard stays
+            // lost, and says so.
+            1 if hold.is_lost() => Err(self.not_held()),
             1 => {
                 hold.confirm(sent_at, lease);
                 Ok(())
