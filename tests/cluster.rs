@@ -985,3 +985,62 @@ async fn a_new_waiter_on_a_hung_masters_slots_gets_the_lock_after_the_failover()
     .await;
     t.cluster.thaw(master);
 }
+
+/// A master down for good (no replica takes its slots over, and the others serve theirs): the
+/// channels of its names cannot be subscribed again, and the waiters on the other masters must
+/// still be woken by their releases' messages, not left to poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_the_other_masters_are_woken_by_push_while_one_master_is_down() {
+    let mut t = TestCluster::start(0);
+    tokio::task::block_in_place(|| {
+        for url in t.cluster.urls() {
+            let mut conn = redis::Client::open(url)
+                .and_then(|c| c.get_connection())
+                .expect("node");
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("cluster-require-full-coverage")
+                .arg("no")
+                .query(&mut conn)
+                .expect("CONFIG SET");
+        }
+    });
+    let names = t.names_on_every_master("down");
+    // Waiters that look on their own only every 60 s: one that gets the lock sooner was told.
+    let waiting = t
+        .builder()
+        .wait_backoff(Duration::from_secs(60), Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let holder = t.client();
+    let (on_dead, on_live, dead_waiter, live_waiter) = within(LIMIT, async {
+        let on_dead = holder.fair_mutex(&names[0]).unwrap().lock().await.unwrap();
+        let on_live = holder.fair_mutex(&names[1]).unwrap().lock().await.unwrap();
+        let dead = waiting.fair_mutex(&names[0]).unwrap();
+        let dead_waiter =
+            tokio::spawn(async move { dead.lock_timeout(Duration::from_secs(60)).await });
+        let live = waiting.fair_mutex(&names[1]).unwrap();
+        let live_waiter = tokio::spawn(async move { live.lock().await });
+        for name in &names[..2] {
+            until(|| async { holder.inspect(name).await.unwrap().waiters.len() == 1 }).await;
+        }
+        (on_dead, on_live, dead_waiter, live_waiter)
+    })
+    .await;
+    // Master 0 (the first node) goes, and with it the channel of the waiter on it.
+    tokio::task::block_in_place(|| t.cluster.nodes[0].server.kill());
+    within(LIMIT, async {
+        // The client loses its connection to it at once, and subscribes again to what it can.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        on_live.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(20), live_waiter)
+            .await
+            .expect("the waiter on a live master was not woken by the release")
+            .unwrap()
+            .unwrap();
+        got.unlock().await.unwrap();
+        dead_waiter.abort();
+        drop(on_dead);
+    })
+    .await;
+}
