@@ -98,7 +98,9 @@ impl LockClient {
     ///
     /// redlatch sets on the builder what it needs: RESP3 with its own push sender (wake-ups
     /// come by sharded pub/sub, on a cluster connection of their own), a timeout of 2 s per
-    /// request (retries included), and retry waits of 5 to 500 ms (instead of redis-rs's
+    /// request (redis-rs's retries included; a request that went straight to its master and
+    /// lost its answer there is sent again through the cluster connection, with 2 s of its
+    /// own, so one call can take 4 s), and retry waits of 5 to 500 ms (instead of redis-rs's
     /// 1.28 s at least, which every `TRYAGAIN` of a slot migration would cost). Requests go
     /// straight to the master of their slot when they can (see the README's cluster section),
     /// connecting without a password: a cluster that asks for one is reached through redis-rs's
