@@ -667,7 +667,8 @@ impl LockClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn default_lease(mut self, lease: Duration) -> Self {
-        self.config.lease = lease;
+        // Whole milliseconds, as the scripts take it (see `Engine::with_lease`).
+        self.config.lease = Duration::from_millis(crate::config::millis(lease));
         self
     }
 

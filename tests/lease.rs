@@ -711,3 +711,43 @@ async fn an_extension_answered_after_the_hold_was_lost_says_so() {
     })
     .await;
 }
+
+/// Redis keeps a lease in whole milliseconds: a lease with a fraction of one is cut to them, and
+/// the guard's own estimate of its end must not run past Redis's by the fraction (with no drift
+/// allowance, nothing else hides it).
+#[tokio::test]
+async fn a_lease_with_a_fraction_of_a_millisecond_ends_no_later_than_redis_says() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let lease = Duration::from_micros(10_990);
+        let client = redis
+            .builder()
+            .drift(0.0, Duration::ZERO)
+            .default_lease(lease)
+            .build()
+            .unwrap();
+        // Connected first: the acquisitions below take one round trip.
+        drop(client.mutex("warm").unwrap().lock().await.unwrap());
+        let guard = client.mutex("fraction").unwrap().lock().await.unwrap();
+        let answered = std::time::Instant::now();
+        assert!(
+            guard.valid_until() <= answered + Duration::from_millis(10),
+            "the default lease's fraction counted"
+        );
+        drop(guard);
+        let fixed = client
+            .mutex("fixed")
+            .unwrap()
+            .with_lease(lease)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let answered = std::time::Instant::now();
+        assert!(
+            fixed.valid_until() <= answered + Duration::from_millis(10),
+            "the handle's lease's fraction counted"
+        );
+    })
+    .await;
+}

@@ -167,7 +167,9 @@ impl Engine {
 
     /// A fixed lease that the watchdog does not renew.
     pub(crate) fn with_lease(mut self, lease: Duration) -> Result<Self> {
-        lease_ms(lease)?;
+        // Whole milliseconds, as the scripts take it: the local estimate of its end must not run
+        // past the server's by the fraction cut off.
+        let lease = Duration::from_millis(lease_ms(lease)?);
         // A grant is counted on for the lease less the client's drift allowance: with nothing
         // left, every grant would come too late to be used.
         if self.core.config.drift.validity(lease).is_zero() {

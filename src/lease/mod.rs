@@ -502,7 +502,8 @@ impl Held {
             // lost, and says so.
             1 if hold.is_lost() => Err(self.not_held()),
             1 => {
-                hold.confirm(sent_at, lease);
+                // Whole milliseconds, as Redis took it.
+                hold.confirm(sent_at, Duration::from_millis(ms));
                 Ok(())
             }
             release::UNREPLICATED => {
