@@ -586,3 +586,42 @@ async fn a_name_taken_meanwhile_elsewhere_is_waited_for() {
     })
     .await;
 }
+
+/// A carried owner that holds the lock joins its hold at once, even with other tasks of the
+/// client waiting for the lock (they wait for that very hold: behind them, it would wait for
+/// ever).
+#[tokio::test]
+async fn lock_as_an_owner_that_holds_joins_at_once_behind_local_waiters() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let client = redis.client();
+        let mutex = client.mutex("joined").unwrap();
+        let first = mutex.lock().await.unwrap();
+        let stranger = {
+            let mutex = mutex.clone();
+            tokio::spawn(async move { mutex.lock_as(&OwnerToken::new()).await.unwrap() })
+        };
+        // The stranger found the lock busy (its mark is on the lock) and waits in this client.
+        let key = redis.lock_key("joined");
+        until(|| async {
+            let mut conn = redis.conn().await;
+            let value: Option<String> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            value.is_some_and(|v| v.split(' ').nth(3) == Some("w"))
+        })
+        .await;
+        let second = tokio::time::timeout(Duration::from_secs(10), mutex.lock_as(first.owner()))
+            .await
+            .expect("the owner's lock_as waited behind the stranger")
+            .unwrap();
+        assert_eq!(second.fencing_token(), first.fencing_token());
+        second.unlock().await.unwrap();
+        first.unlock().await.unwrap();
+        stranger.await.unwrap().unlock().await.unwrap();
+        assert!(redis.leftovers().await.is_empty());
+    })
+    .await;
+}

@@ -86,7 +86,7 @@ pub(super) async fn acquire(
     // The first attempt, when it is made before any registration (see `wait`), is made here:
     // an acquisition it answers never builds the wait, which is boxed so that the uncontended
     // acquire's future stays small.
-    let first = if tries_unregistered(engine, in_redis) {
+    let first = if tries_unregistered(engine, in_redis, ask.claim) {
         let sent = Instant::now();
         let answer = attempts.attempt().await;
         match answer {
@@ -232,15 +232,18 @@ impl Attempts<'_> {
 }
 
 /// Whether a caller tries at once: a queued primitive's caller always (Redis keeps the order),
-/// a plain mutex's when no local waiter is ahead of it.
-fn tries_at_once(engine: &Engine, in_redis: bool) -> bool {
-    in_redis || !engine.core.notifier.has_waiters(engine.waiters_channel())
+/// a plain mutex's when no local waiter is ahead of it, or when its owner is carried (`lock_as`,
+/// a re-entry): that owner may hold the lock already, and joins its hold without waiting, where
+/// behind local waiters that wait for that very hold it would wait for ever.
+fn tries_at_once(engine: &Engine, in_redis: bool, claim: Claim) -> bool {
+    in_redis || !claim.is_fresh() || !engine.core.notifier.has_waiters(engine.waiters_channel())
 }
 
 /// Whether a caller's first attempt goes out before it registers as a waiter: it tries at once
 /// on a channel this client does not listen to.
-fn tries_unregistered(engine: &Engine, in_redis: bool) -> bool {
-    tries_at_once(engine, in_redis) && !engine.core.notifier.is_subscribed(engine.waiters_channel())
+fn tries_unregistered(engine: &Engine, in_redis: bool, claim: Claim) -> bool {
+    tries_at_once(engine, in_redis, claim)
+        && !engine.core.notifier.is_subscribed(engine.waiters_channel())
 }
 
 /// The loop (see the module docs). `first`: the answer of a first attempt already made without
@@ -267,7 +270,7 @@ async fn wait(
         }
     };
     let mut backoff = Backoff::new(config);
-    let mut must_try = first.is_some() || tries_at_once(engine, in_redis);
+    let mut must_try = first.is_some() || tries_at_once(engine, in_redis, attempts.ask.claim);
     // A waiter that tries at once on a channel this client already listens to registers first
     // (a plain mutex's, with no local waiter ahead of it); on any other channel it tries first,
     // so an uncontended acquire never subscribes.
