@@ -411,3 +411,56 @@ async fn a_late_hand_over_message_for_a_lost_place_grants_nothing() {
     })
     .await;
 }
+
+/// A release that hands a permit over with a lease shorter than the queue was told tells the
+/// first waiter of each client, by name, to look again. If that waiter then leaves without the
+/// permit, the next waiter of its client looks again in its place: when the short lease runs
+/// out (its holder gone), that waiter takes the permit then, not at the time it learned before
+/// (the first holder's 30 s lease end).
+#[tokio::test]
+async fn a_told_waiter_that_leaves_passes_the_look_on_to_its_clients_next_waiter() {
+    let redis = TestRedis::new();
+    within(LIMIT, async {
+        let (first_holder, short, waiting) = (redis.client(), redis.client(), redis.client());
+        let held = first_holder
+            .semaphore("told", 1)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let brief = {
+            let semaphore = short
+                .semaphore("told", 1)
+                .unwrap()
+                .with_lease(Duration::from_secs(2))
+                .unwrap();
+            tokio::spawn(async move { semaphore.acquire().await.unwrap() })
+        };
+        until(|| async { redis.queued(&first_holder, "told").await == 1 }).await;
+        let semaphore = waiting.semaphore("told", 1).unwrap();
+        let leaving = {
+            let semaphore = semaphore.clone();
+            tokio::spawn(async move { semaphore.acquire().await })
+        };
+        until(|| async { redis.queued(&first_holder, "told").await == 2 }).await;
+        let staying = tokio::spawn(async move { semaphore.acquire().await.unwrap() });
+        until(|| async { redis.queued(&first_holder, "told").await == 3 }).await;
+        // The permit is handed over after this, for 2 s.
+        let freed = Instant::now() + Duration::from_secs(2);
+        held.release().await.unwrap();
+        // The 2 s holder never lets the permit go (as if its process died): its lease runs out
+        // in Redis.
+        let _dead = std::mem::ManuallyDrop::new(brief.await.unwrap());
+        leaving.abort();
+        let got = tokio::time::timeout(Duration::from_secs(15), staying)
+            .await
+            .expect("the staying waiter looked only at the time it learned first")
+            .unwrap();
+        assert!(
+            Instant::now() >= freed,
+            "taken before the short lease ran out"
+        );
+        got.release().await.unwrap();
+    })
+    .await;
+}

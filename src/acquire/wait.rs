@@ -324,9 +324,13 @@ async fn wait(
             };
             let wait = match answer {
                 Attempt::Acquired(held) => {
-                    if let (Some(w), false) = (&waiter, in_redis) {
-                        // The next local waiter arms its timer for our lease, not the old one.
-                        w.set_holder_deadline(Some(after(Instant::now(), engine.lease)));
+                    if let Some(w) = &waiter {
+                        w.served();
+                        if !in_redis {
+                            // The next local waiter arms its timer for our lease, not the old
+                            // one.
+                            w.set_holder_deadline(Some(after(Instant::now(), engine.lease)));
+                        }
                     }
                     return Ok(held);
                 }
@@ -398,6 +402,9 @@ async fn wait(
                     w.take_wake();
                     w.settled();
                     if let Some(held) = attempts.handed(grant, waiting) {
+                        if held.is_ok() {
+                            w.served();
+                        }
                         return held;
                     }
                     must_try = true;

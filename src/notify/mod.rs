@@ -308,6 +308,7 @@ impl Notifier {
             channel,
             slot,
             consumed: AtomicBool::new(false),
+            served: AtomicBool::new(false),
         }
     }
 }
@@ -319,6 +320,8 @@ pub(crate) struct Waiter {
     slot: Arc<Slot>,
     /// A wake-up was consumed and the attempt it triggered has not finished.
     consumed: AtomicBool,
+    /// The wait ended with the hold ([`served`](Self::served)).
+    served: AtomicBool,
 }
 
 impl Waiter {
@@ -374,6 +377,11 @@ impl Waiter {
     pub(crate) fn settled(&self) {
         self.consumed.store(false, Ordering::Release);
     }
+
+    /// The wait ended with the hold: leaving, this waiter tells nobody to look again.
+    pub(crate) fn served(&self) {
+        self.served.store(true, Ordering::Release);
+    }
 }
 
 impl Drop for Waiter {
@@ -393,6 +401,16 @@ impl Drop for Waiter {
         {
             // The new front owns the fallback timer now: let it arm it.
             front.notify.notify_one();
+        } else if !local
+            && was_front
+            && !self.served.load(Ordering::Acquire)
+            && let Some(front) = q.slots.front()
+        {
+            // A release tells the first queued waiter of each client, by name, when a lease
+            // ends sooner than the others were told (`queue_lib.lua`'s `tell_sooner`): leaving
+            // without the hold, this one may have been told, and the next waiter of this
+            // client looks again for itself, rather than at a time learned before.
+            front.give();
         }
         if q.slots.is_empty() {
             q.idle_since = Some(Instant::now());
