@@ -508,8 +508,14 @@ impl Listener for Shared {
     }
 
     fn subscribed(&self, channel: &str) {
-        if let Some(c) = self.channels().get(channel) {
-            c.state.send_replace(SubState::Active);
+        if let Some(c) = self.channels().get(channel)
+            && c.state.send_replace(SubState::Active) == SubState::Down
+        {
+            // Made while the subscription was down (or after it was lost), its waiters may
+            // have tried, found the name busy and missed the release since: they look again,
+            // as after a reconnection. (A channel made while connected was Pending, and its
+            // waiters try once it is confirmed.)
+            c.queue().wake_all();
         }
     }
 
@@ -563,5 +569,32 @@ impl Listener for Shared {
             channels.remove(name);
         }
         idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A channel made while the subscription was down starts `Down`; once subscribed, its
+    /// waiters look again (a release may have gone unheard in between), as after a
+    /// reconnection.
+    #[tokio::test]
+    async fn a_channel_subscribed_after_being_down_wakes_its_waiters() {
+        let (subscriber, _requests) = crate::backend::subscription();
+        let notifier = Notifier::new(subscriber);
+        let listener = notifier.listener();
+        let waiter = notifier.join("n:wake");
+        assert!(!waiter.push_active());
+        assert!(!waiter.take_wake());
+        listener.subscribed("n:wake");
+        assert!(waiter.push_active());
+        assert!(waiter.take_wake(), "the waiter was not told to look again");
+        // A channel made while connected is Pending, and its confirmation wakes nobody.
+        listener.connected(&[]);
+        let pending = notifier.join("m:wake");
+        listener.subscribed("m:wake");
+        assert!(pending.push_active());
+        assert!(!pending.take_wake());
     }
 }
