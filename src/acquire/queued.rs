@@ -22,10 +22,9 @@ use crate::protocol::{Answer, Op, queue};
 use crate::time::after;
 use crate::token::OwnerToken;
 
-/// A waiter's place in the queue while it waits. Shared by the wait loop and its attempts, so
+/// A waiter's place in the queue while it has one. Shared by the wait loop and its attempts (a
+/// carried owner's run in a task of their own, which may queue it after the wait is gone), so
 /// it is left only when the last of them is done with it.
-/// A waiter's place in the queue while it has one, shared by its wait and the attempts it
-/// runs (a carried owner's in a task of its own, which may queue it after the wait is gone).
 #[derive(Default)]
 pub(super) struct Place {
     lease: StdMutex<Option<Lease>>,

@@ -266,7 +266,8 @@ impl Hold {
     }
 
     /// Keeps `value` alive until the background release of this hold's dropped lease has run
-    /// (or given up); dropped at once if the lease is let go without one.
+    /// (or given up); dropped at once if the lease is dropped without one (lost, or the client
+    /// shutting down).
     pub(crate) fn keep(&self, value: Box<dyn Send + Sync>) {
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(Kept(value));
     }
@@ -417,8 +418,9 @@ impl Drop for Lease {
             {
                 return;
             }
+            // No release will run.
+            self.hold.let_kept_go();
         }
-        self.hold.let_kept_go();
     }
 }
 
