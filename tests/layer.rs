@@ -461,11 +461,23 @@ async fn settings_the_client_refuses_are_a_server_error() {
     let redis = TestRedis::new();
     within(LIMIT, async {
         let client: LockClient = redis.client();
-        let no_permits = PermitLayer::new(client, "p", 0)
+        let no_permits = PermitLayer::new(client.clone(), "p", 0)
             .respond_with_status()
             .layer(service_fn(report));
         let response = no_permits.oneshot(request("/")).await.unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        // A fixed name the client refuses (empty, braces) is the layer's setting too.
+        for bad in ["", "a{b}"] {
+            let bad_name = PermitLayer::new(client.clone(), bad, 2)
+                .respond_with_status()
+                .layer(service_fn(report));
+            let response = bad_name.oneshot(request("/")).await.unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{bad:?}"
+            );
+        }
         // A Redlock client serves neither fair locks nor semaphores; it refuses them before
         // reaching any node.
         let redlock = LockClient::redlock((0..3).map(|_| (redis.pool(), redis.url.as_str())))

@@ -89,10 +89,12 @@ pub enum LayerError {
 impl LayerError {
     /// The status a response for this error carries: `423 Locked` for a busy or timed-out lock,
     /// `503 Service Unavailable` for a semaphore with no permit free, a lost lease or Redis
-    /// out of reach, `400 Bad Request` for a bad owner header or a name that cannot be used
-    /// (names usually come from the request), and `500 Internal Server Error` for what the
-    /// request cannot change: the layer's own settings refused (a semaphore of 0 permits, a
-    /// lease the client cannot use, a fair lock or permits on a Redlock client), foreign data
+    /// out of reach, `400 Bad Request` for a bad owner header or a name made from the request
+    /// that cannot be used, and `500 Internal Server Error` for what the request cannot
+    /// change: the layer's own settings refused (a semaphore of 0 permits, a fixed name of
+    /// [`PermitLayer::new`](super::PermitLayer::new) that cannot be used, reported as an
+    /// invalid `layer name`, a lease the client cannot use, a fair lock or permits on a Redlock
+    /// client), foreign data
     /// or another layout under the key, a semaphore in use with another capacity, an
     /// unexpected reply.
     ///

@@ -104,6 +104,8 @@ pub(crate) struct Job {
     pub(crate) owner: Option<OwnerToken>,
     /// Show the owner to the handler (re-entry is configured).
     pub(crate) show_owner: bool,
+    /// The name is the layer's own setting, not the request's.
+    pub(crate) fixed_name: bool,
 }
 
 impl Job {
@@ -161,7 +163,18 @@ impl Job {
             }),
             Err(source) => Err(LayerError::Acquire {
                 name: self.name.clone(),
-                source,
+                source: match source {
+                    // The layer's own name, refused: the server's configuration, not the
+                    // request, is at fault (a 500, not a 400).
+                    crate::Error::InvalidArgument {
+                        what: "name",
+                        reason,
+                    } if self.fixed_name => crate::Error::InvalidArgument {
+                        what: "layer name",
+                        reason,
+                    },
+                    source => source,
+                },
             }),
         }
     }

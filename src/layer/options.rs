@@ -60,6 +60,9 @@ pub(crate) struct Options {
     pub(crate) hold_body: bool,
     /// The header that carries an owner token to re-enter (locks only).
     pub(crate) reentry: Option<HeaderName>,
+    /// The name is the layer's own setting ([`PermitLayer::new`](super::PermitLayer::new)), not
+    /// the request's: a name the client refuses is the server's error.
+    pub(crate) fixed_name: bool,
 }
 
 impl Options {
@@ -70,6 +73,7 @@ impl Options {
             on_lost: OnLost::default(),
             hold_body: false,
             reentry: None,
+            fixed_name: false,
         }
     }
 }

@@ -49,7 +49,9 @@ impl PermitLayer<FixedName> {
     /// # }
     /// ```
     pub fn new(client: LockClient, name: &str, permits: u32) -> Self {
-        Self::per_request(client, permits, FixedName::new(name))
+        let mut layer = Self::per_request(client, permits, FixedName::new(name));
+        layer.options.fixed_name = true;
+        layer
     }
 }
 

@@ -121,6 +121,7 @@ impl<S, M, R> HoldService<S, M, R> {
             wait: self.options.wait,
             owner,
             show_owner: self.options.reentry.is_some(),
+            fixed_name: self.options.fixed_name,
         }))
     }
 }
