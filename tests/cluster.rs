@@ -1044,3 +1044,72 @@ async fn waiters_on_the_other_masters_are_woken_by_push_while_one_master_is_down
     })
     .await;
 }
+
+/// A server that closes idle clients (`timeout`) closes the client's request connection to a
+/// node between requests; the wake-up subscription (a subscribed client, exempt) goes on. Its
+/// waiters must not be told the subscription was lost each time, nor their channels
+/// subscribed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_request_connection_closed_by_the_server_leaves_the_subscription_alone() {
+    let t = TestCluster::start(0);
+    let names = t.names_on_every_master("idle");
+    let holder = t.client();
+    let waiting = t.client();
+    // A waiter on every master: the subscription has a channel on each of its node links.
+    let (guards, waiters) = within(LIMIT, async {
+        let mut guards = Vec::new();
+        let mut waiters = Vec::new();
+        for name in &names {
+            guards.push(holder.fair_mutex(name).unwrap().lock().await.unwrap());
+            let fair = waiting.fair_mutex(name).unwrap();
+            waiters.push(tokio::spawn(async move { fair.lock().await }));
+            until(|| async { holder.inspect(name).await.unwrap().waiters.len() == 1 }).await;
+        }
+        (guards, waiters)
+    })
+    .await;
+    let subscribes = || {
+        tokio::task::block_in_place(|| {
+            let mut calls = 0;
+            for url in t.cluster.urls() {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(&mut conn)
+                    .unwrap();
+                calls += info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cmdstat_ssubscribe:calls="))
+                    .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+            calls
+        })
+    };
+    tokio::task::block_in_place(|| {
+        for url in t.cluster.urls() {
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("timeout")
+                .arg("1")
+                .query(&mut conn)
+                .unwrap();
+        }
+    });
+    let before = subscribes();
+    within(LIMIT, async {
+        // Long enough for the server to close the idle request connections a few times.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    })
+    .await;
+    let after = subscribes();
+    assert_eq!(after, before, "the channels were subscribed again");
+    within(LIMIT, async {
+        for (guard, waiter) in guards.into_iter().zip(waiters) {
+            guard.unlock().await.unwrap();
+            waiter.await.unwrap().unwrap().unlock().await.unwrap();
+        }
+    })
+    .await;
+}

@@ -75,6 +75,9 @@ pub(crate) enum Source {
 pub(crate) struct Connector {
     source: Source,
     scripts: Vec<&'static Script>,
+    /// The subscription's connection, whose pushes go to the client's push sender (requests'
+    /// go nowhere).
+    subscribes: bool,
     /// The connection and the number it was made as (the count of connections made).
     conn: StdMutex<Option<(ClusterConnection, u64)>>,
     made: std::sync::atomic::AtomicU64,
@@ -94,10 +97,21 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    pub(crate) fn new(source: Source, scripts: Vec<&'static Script>) -> Arc<Self> {
+    /// The requests' connection, each made with `scripts` loaded on every node.
+    pub(crate) fn requests(source: Source, scripts: Vec<&'static Script>) -> Arc<Self> {
+        Self::new(source, scripts, false)
+    }
+
+    /// The subscription's connection.
+    pub(crate) fn subscription(source: Source) -> Arc<Self> {
+        Self::new(source, Vec::new(), true)
+    }
+
+    fn new(source: Source, scripts: Vec<&'static Script>, subscribes: bool) -> Arc<Self> {
         Arc::new(Self {
             source,
             scripts,
+            subscribes,
             conn: StdMutex::new(None),
             made: std::sync::atomic::AtomicU64::new(0),
             connecting: tokio::sync::Mutex::new(()),
@@ -140,7 +154,17 @@ impl Connector {
             return Ok(conn);
         }
         let conn = match &self.source {
-            Source::Client(client) => client.get_async_connection().await?,
+            Source::Client(client) if self.subscribes => client.get_async_connection().await?,
+            // The requests' connection: its pushes (a node's connection lost, as an idle one
+            // the server closes) are no news for the subscription's, which has its own. They
+            // go nowhere, rather than to the client's push sender, which the subscription's
+            // are for.
+            Source::Client(client) => {
+                let quiet = redis::cluster::ClusterConfig::new()
+                    .set_response_timeout(super::CLUSTER_RESPONSE_TIMEOUT)
+                    .set_push_sender(|_: redis::PushInfo| Ok::<(), ()>(()));
+                client.get_async_connection_with_config(quiet).await?
+            }
             Source::Pool(pool) => {
                 deadpool_redis::cluster::Connection::take(Box::pin(pool.get()).await?)
             }

@@ -213,14 +213,15 @@ impl Backend {
             ClusterSource::Builder(builder) => {
                 // Two connections of one client: requests never share a node connection with
                 // subscriptions, whose confirmations (redis-rs re-subscribes by itself after a
-                // slot moves) would otherwise be taken for a request's reply.
+                // slot moves) would otherwise be taken for a request's reply. Only the
+                // subscription's pushes reach `tx` (see `Connector::requests`).
                 let client = cluster_settings(*builder, tx).build()?;
                 (
-                    cluster::Connector::new(
+                    cluster::Connector::requests(
                         cluster::Source::Client(Box::new(client.clone())),
                         scripts,
                     ),
-                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), Vec::new()),
+                    cluster::Connector::subscription(cluster::Source::Client(Box::new(client))),
                     None,
                 )
             }
@@ -229,8 +230,8 @@ impl Backend {
                 let builder = redis::cluster::ClusterClientBuilder::new(seeds);
                 let client = cluster_settings(builder, tx).build()?;
                 (
-                    cluster::Connector::new(cluster::Source::Pool(pool), scripts),
-                    cluster::Connector::new(cluster::Source::Client(Box::new(client)), Vec::new()),
+                    cluster::Connector::requests(cluster::Source::Pool(pool), scripts),
+                    cluster::Connector::subscription(cluster::Source::Client(Box::new(client))),
                     seed,
                 )
             }
