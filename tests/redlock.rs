@@ -100,6 +100,16 @@ impl Nodes {
         lock.and_then(|l| l.split(' ').nth(2)?.parse().ok())
     }
 
+    /// Whether any server holds the lock of `name`.
+    async fn held_anywhere(&self, name: &str) -> bool {
+        for i in 0..self.servers.len() {
+            if self.holds(i, name).await {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Whether server `i` holds the lock hash of `name`.
     async fn holds(&self, i: usize, name: &str) -> bool {
         let mut conn = self.conn(i).await;
@@ -900,11 +910,7 @@ async fn a_reentry_no_majority_answers_is_an_error_and_keeps_the_hold() {
         // The re-entry the silent nodes ran late is undone behind it there, and the unlock
         // leaves nothing: the lock is free on every node long before its lease would end.
         let gone = until_within(Duration::from_secs(5), || async {
-            let mut any = false;
-            for i in 0..3 {
-                any |= nodes.holds(i, "re").await;
-            }
-            !any
+            !nodes.held_anywhere("re").await
         });
         assert!(gone.await, "the late re-entries were left to the lease");
     })
@@ -944,11 +950,7 @@ async fn a_carried_owners_failed_acquisition_leaves_no_late_grants() {
         assert!(failed.is_err(), "{failed:?}");
         nodes.reach(&[0, 1, 2]);
         let gone = until_within(Duration::from_secs(5), || async {
-            let mut any = false;
-            for i in 0..3 {
-                any |= nodes.holds(i, "late").await;
-            }
-            !any
+            !nodes.held_anywhere("late").await
         });
         assert!(gone.await, "late grants were left to the 30 s lease");
         let other = nodes.client().mutex("late").expect("mutex");

@@ -240,19 +240,8 @@ impl Request for Confirm<'_> {
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
-        if let Value::Int(status) = raw {
-            return match status {
-                1 => Ok(true),
-                0 => Ok(false),
-                other => Err(Error::Protocol {
-                    script: "mutex_confirm",
-                    detail: format!("status {other}"),
-                }),
-            };
-        }
         let keys = [self.keys.lock.as_str(), self.keys.fence.as_str()];
-        let (status, reply) = Reply::decode("mutex_confirm", raw, &keys, MUTEX_LAYOUT)?;
-        Err(reply.unexpected(status))
+        yes_or_no("mutex_confirm", raw, &keys)
     }
 }
 
@@ -283,17 +272,23 @@ impl Request for Revoke<'_> {
     }
 
     fn decode(&self, raw: Value) -> Result<bool> {
-        if let Value::Int(status) = raw {
-            return match status {
-                1 => Ok(true),
-                0 => Ok(false),
-                other => Err(Error::Protocol {
-                    script: "mutex_revoke",
-                    detail: format!("status {other}"),
-                }),
-            };
-        }
-        let (status, reply) = Reply::decode("mutex_revoke", raw, &[&self.keys.lock], MUTEX_LAYOUT)?;
-        Err(reply.unexpected(status))
+        yes_or_no("mutex_revoke", raw, &[&self.keys.lock])
     }
+}
+
+/// The reply of a script that answers `1` or `0` (`true`, `false`), or an error reply about
+/// `keys`: foreign data, another layout.
+fn yes_or_no(script: &'static str, raw: Value, keys: &[&str]) -> Result<bool> {
+    if let Value::Int(status) = raw {
+        return match status {
+            1 => Ok(true),
+            0 => Ok(false),
+            other => Err(Error::Protocol {
+                script,
+                detail: format!("status {other}"),
+            }),
+        };
+    }
+    let (status, reply) = Reply::decode(script, raw, keys, MUTEX_LAYOUT)?;
+    Err(reply.unexpected(status))
 }
