@@ -617,8 +617,8 @@ async fn unlocking_a_lost_guard_whose_owner_was_read_leaves_that_owners_new_hold
 async fn foreign_data_under_one_names_key_costs_the_other_holds_in_its_renewal_nothing() {
     let redis = TestRedis::new();
     within(LIMIT, async {
-        // Renewed by the watchdog every 200 ms.
-        let lease = Duration::from_millis(600);
+        // Renewed by the watchdog every third of it.
+        let lease = KEPT;
         let client = redis.builder().default_lease(lease).build().unwrap();
         let other = redis.client();
         let mut mine = Vec::new();
